@@ -1,0 +1,150 @@
+"""KV cache pool: every session's attention cache in one preallocated, accounted block.
+
+Layout per slot and layer: `sink_frames` permanent frames, then a rolling window of
+`window_frames`, then `frames_per_chunk` of scratch where the chunk being denoised writes its
+keys/values. Attention for a sample is one contiguous view `[: (n + F) * P]` of its slot, so a
+batch of sessions with different cache lengths needs no padding and no gather copy: the
+per-sample attention loop reads straight from the pool (the variable-length layout).
+
+Keys are stored already rotated (RoPE) at their position in the view. When the window rolls,
+the surviving window frames move down by F positions, and their keys are rotated back by F
+frames once, so the view is always positions 0..n-1 followed by the chunk. Sink frames keep
+positions 0..S-1 forever, which is what the model saw in training, however long the stream.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+
+class PoolFull(RuntimeError):
+    """No free cache slot: admission should have refused the session."""
+
+
+@dataclass(frozen=True)
+class PoolLayout:
+    layers: int
+    heads: int
+    head_dim: int
+    tokens_per_frame: int
+    sink_frames: int
+    window_frames: int
+    frames_per_chunk: int
+
+    @property
+    def max_frames(self) -> int:
+        return self.sink_frames + self.window_frames + self.frames_per_chunk
+
+    @property
+    def context_frames(self) -> int:
+        return self.sink_frames + self.window_frames
+
+
+class KVCachePool:
+    def __init__(self, layout: PoolLayout, num_slots: int, dtype: torch.dtype = torch.float32,
+                 device: str | torch.device = "cpu"):
+        lo = layout
+        shape = (lo.layers, num_slots, lo.heads, lo.max_frames * lo.tokens_per_frame, lo.head_dim)
+        self.layout = layout
+        self.k = torch.zeros(shape, dtype=dtype, device=device)
+        self.v = torch.zeros(shape, dtype=dtype, device=device)
+        self.frames = [0] * num_slots  # committed frames held by each slot
+        self._free = list(range(num_slots - 1, -1, -1))
+        self._used: set[int] = set()
+
+    # -- accounting -------------------------------------------------------------------------
+    @property
+    def num_slots(self) -> int:
+        return len(self.frames)
+
+    @property
+    def free_slots(self) -> int:
+        return len(self._free)
+
+    @property
+    def bytes_per_slot(self) -> int:
+        return 2 * self.k[:, 0].numel() * self.k.element_size()
+
+    @property
+    def bytes_total(self) -> int:
+        return self.bytes_per_slot * self.num_slots
+
+    def allocate(self) -> int:
+        if not self._free:
+            raise PoolFull(f"all {self.num_slots} KV cache slots are in use")
+        slot = self._free.pop()
+        self._used.add(slot)
+        self.frames[slot] = 0
+        return slot
+
+    def release(self, slot: int) -> None:
+        if slot not in self._used:
+            raise KeyError(f"cache slot {slot} is not allocated")
+        self._used.remove(slot)
+        self.frames[slot] = 0
+        self._free.append(slot)
+
+    def reset(self, slot: int) -> None:
+        """Forget a slot's history (a new seed, or a cut to an unrelated scene)."""
+        self.frames[slot] = 0
+
+    def batch(self, slots: list[int], *, commit: bool = False) -> CacheBatch:
+        for s in slots:
+            if s not in self._used:
+                raise KeyError(f"cache slot {s} is not allocated")
+        return CacheBatch(self, list(slots), commit)
+
+
+class CacheBatch:
+    """The attention context of one batched model call over cache slots.
+
+    In denoise mode the chunk's keys/values go to the scratch frames only; in commit mode
+    `finish()` then makes them part of the history (rolling the window when it is full).
+    """
+
+    def __init__(self, pool: KVCachePool, slots: list[int], commit: bool):
+        self.pool, self.slots, self.commit = pool, slots, commit
+        self.frames_per_chunk = pool.layout.frames_per_chunk
+
+    def frame_positions(self) -> torch.Tensor:
+        f = self.frames_per_chunk
+        starts = torch.tensor([self.pool.frames[s] for s in self.slots])
+        return starts[:, None] + torch.arange(f)[None, :]  # (B, F)
+
+    def attend(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        """q, k, v (B, H, F*P, Dh) for the chunk -> attention over [history, chunk]."""
+        pool, n_tok = self.pool, k.shape[2]
+        out = torch.empty_like(q)
+        for i, slot in enumerate(self.slots):
+            start = pool.frames[slot] * pool.layout.tokens_per_frame
+            end = start + n_tok
+            kc, vc = pool.k[layer, slot], pool.v[layer, slot]  # (H, max_tokens, Dh)
+            kc[:, start:end] = k[i]
+            vc[:, start:end] = v[i]
+            out[i] = F.scaled_dot_product_attention(q[i], kc[:, :end], vc[:, :end])
+        return out
+
+    def finish(self, rotate_back: Callable[[torch.Tensor, int], torch.Tensor]) -> None:
+        """After a commit pass: keep the chunk, rolling the window if the slot is full.
+
+        rotate_back(keys (..., Dh), frames) re-indexes keys `frames` positions earlier.
+        """
+        if not self.commit:
+            raise RuntimeError("finish() is only for commit batches")
+        lo, pool = self.pool.layout, self.pool
+        p, f = lo.tokens_per_frame, lo.frames_per_chunk
+        for slot in self.slots:
+            n = pool.frames[slot] + f
+            if n > lo.context_frames:
+                drop = n - lo.context_frames  # oldest window frames to forget
+                src = slice((lo.sink_frames + drop) * p, n * p)
+                dst = slice(lo.sink_frames * p, (n - drop) * p)
+                for cache in (pool.k, pool.v):
+                    moved = cache[:, slot, :, src].clone()
+                    cache[:, slot, :, dst] = rotate_back(moved, drop) if cache is pool.k else moved
+                n = lo.context_frames
+            pool.frames[slot] = n

@@ -1,0 +1,1 @@
+"""streamer/models package."""

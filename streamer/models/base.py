@@ -1,0 +1,102 @@
+"""The model contract: what the engine needs from any causal video model.
+
+A model makes one chunk of `F` latent frames at a time in a few denoising steps, attending
+to the KV cache of the chunks its session already made. Every call is batched over
+sessions, each at its own timestep and cache length. The engine never looks inside.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import torch
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    name: str
+    frames_per_chunk: int
+    height: int
+    width: int
+    fps: float
+    latent_shape: tuple[int, int, int, int]  # per chunk: (F, C, h, w)
+    default_steps: int
+    timesteps: tuple[float, ...]  # default descending schedule in (0, 1], len == default_steps
+    sink_frames: int
+    window_frames: int
+    conditioning: tuple[str, ...]  # subset of ("text", "action", "control")
+    num_actions: int
+    control_dim: int
+    max_batch: int
+    max_prompt_chars: int = 500
+
+    def schedule(self, steps: int) -> tuple[float, ...]:
+        """The timestep schedule for `steps` steps (the default one, or an evenly thinned one)."""
+        if steps == self.default_steps:
+            return self.timesteps
+        if steps < 1:
+            raise ValueError(f"steps must be >= 1, got {steps}")
+        # Evenly spaced in (0, 1], keeping the first step at pure noise.
+        return tuple(1.0 - i / steps for i in range(steps))
+
+    def to_json(self) -> dict:
+        return {
+            "name": self.name,
+            "frames_per_chunk": self.frames_per_chunk,
+            "height": self.height,
+            "width": self.width,
+            "fps": self.fps,
+            "latent_shape": list(self.latent_shape),
+            "default_steps": self.default_steps,
+            "timesteps": list(self.timesteps),
+            "sink_frames": self.sink_frames,
+            "window_frames": self.window_frames,
+            "conditioning": list(self.conditioning),
+            "num_actions": self.num_actions,
+            "control_dim": self.control_dim,
+            "max_batch": self.max_batch,
+        }
+
+
+@dataclass
+class PromptCond:
+    """Conditioning for one prompt, computed once and shared by every session using it."""
+
+    text: str
+    tensors: dict[str, torch.Tensor]  # model-specific, e.g. per-layer cross-attention K/V
+    unknown_words: list[str] = field(default_factory=list)
+
+    def blend(self, other: PromptCond, alpha: float) -> PromptCond:
+        """Linear interpolation towards `other` (used for smooth redirects)."""
+        mixed = {k: torch.lerp(v, other.tensors[k], alpha) for k, v in self.tensors.items()}
+        return PromptCond(text=f"{self.text} -> {other.text} @{alpha:.2f}", tensors=mixed)
+
+
+@dataclass
+class Conditioning:
+    """The batched conditioning of one model call."""
+
+    prompts: list[PromptCond]  # one per sample
+    actions: torch.Tensor  # (B, F) int64
+    controls: torch.Tensor  # (B, F, control_dim) float32
+
+
+class CacheBatch(Protocol):
+    """The cache slots of a batch, in batch order (see streamer/cache/kv_pool.py)."""
+
+    slots: list[int]
+
+
+class CausalVideoModel(Protocol):
+    spec: ModelSpec
+
+    def encode_prompt(self, texts: list[str]) -> list[PromptCond]: ...
+
+    def denoise(
+        self, x: torch.Tensor, t: torch.Tensor, cond: Conditioning, cache: CacheBatch
+    ) -> torch.Tensor: ...
+
+    def commit(self, x0: torch.Tensor, cond: Conditioning, cache: CacheBatch) -> None: ...
+
+    def decode(self, x0: torch.Tensor) -> torch.Tensor: ...

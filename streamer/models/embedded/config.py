@@ -1,0 +1,107 @@
+"""Configuration of the embedded model: autoencoder, diffusion transformer, streaming layout.
+
+Configs are plain frozen dataclasses stored as JSON beside the weights. Loading checks every
+field, so a mismatch names the file and the field instead of failing deep inside torch.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+
+class ConfigError(ValueError):
+    """A config file is missing, malformed, or does not match the weights."""
+
+
+@dataclass(frozen=True)
+class AutoencoderConfig:
+    image_size: int = 128
+    latent_channels: int = 8
+    downsample: int = 8  # image_size / latent grid
+    enc_channels: int = 128
+    dec_channels: int = 96
+    dec_mid_channels: int = 48
+
+
+@dataclass(frozen=True)
+class DiTConfig:
+    latent_channels: int = 8
+    latent_size: int = 16
+    patch: int = 2
+    dim: int = 128
+    depth: int = 8
+    heads: int = 2
+    mlp_ratio: float = 4.0
+    text_layers: int = 2
+    vocab_size: int = 128  # >= len(WORDS) + 2 (padding and BOS)
+    max_tokens: int = 16
+    num_actions: int = 5
+    control_dim: int = 2
+    max_frames: int = 64  # size of the temporal RoPE table
+
+    @property
+    def tokens_per_frame(self) -> int:
+        return (self.latent_size // self.patch) ** 2
+
+    @property
+    def head_dim(self) -> int:
+        return self.dim // self.heads
+
+
+@dataclass(frozen=True)
+class EmbeddedConfig:
+    autoencoder: AutoencoderConfig = field(default_factory=AutoencoderConfig)
+    dit: DiTConfig = field(default_factory=DiTConfig)
+    frames_per_chunk: int = 2
+    sink_frames: int = 2
+    window_frames: int = 4
+    fps: float = 24.0
+    timesteps: tuple[float, ...] = (1.0, 0.75, 0.5, 0.25)
+    latent_scale: float = 1.0  # multiplies encoder output so latents have unit variance
+
+    @property
+    def context_frames(self) -> int:
+        return self.sink_frames + self.window_frames
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], source: str = "<dict>") -> EmbeddedConfig:
+        def build(kind: type, values: Any, prefix: str) -> Any:
+            if not isinstance(values, dict):
+                raise ConfigError(f"{source}: field '{prefix}' must be an object")
+            names = {f.name: f for f in dataclasses.fields(kind)}
+            unknown = sorted(set(values) - set(names))
+            if unknown:
+                raise ConfigError(f"{source}: unknown field '{prefix}{unknown[0]}'")
+            kwargs = {}
+            for name, value in values.items():
+                if name == "autoencoder":
+                    kwargs[name] = build(AutoencoderConfig, value, "autoencoder.")
+                elif name == "dit":
+                    kwargs[name] = build(DiTConfig, value, "dit.")
+                elif name == "timesteps":
+                    kwargs[name] = tuple(float(v) for v in value)
+                else:
+                    kwargs[name] = value
+            return kind(**kwargs)
+
+        return build(cls, data, "")
+
+    def save(self, path: Path) -> None:
+        path.write_text(json.dumps(self.to_dict(), indent=2) + "\n")
+
+    @classmethod
+    def load(cls, path: Path) -> EmbeddedConfig:
+        if not path.is_file():
+            raise ConfigError(f"config file not found: {path}")
+        try:
+            data = json.loads(path.read_text())
+        except json.JSONDecodeError as exc:
+            raise ConfigError(f"{path}: not valid JSON ({exc})") from exc
+        return cls.from_dict(data, str(path))

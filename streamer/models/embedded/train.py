@@ -1,0 +1,249 @@
+"""Train the embedded model from a seed: `python -m streamer.models.embedded.train`.
+
+Two stages, each resumable from `--run-dir` (checkpoints every few minutes):
+1. the frame autoencoder, on single frames of the procedural world;
+2. the block-causal DiT, on latent clips with flow matching and diffusion forcing:
+   every chunk gets its own noise level under a block-causal mask, and half the clips have
+   a clean past before the chunk being denoised, the shape of inference. Clips are as long
+   as the streaming view (sinks + window + chunk); half of them have a time gap after the
+   sink chunk, because in a long stream the sinks are old. Prompts switch mid-clip so
+   redirects are learned.
+
+The EMA weights are exported to `streamer/models/embedded/weights/` (or `--export`) at every
+checkpoint, so the shipped model is always the latest one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from tqdm import tqdm
+
+from .autoencoder import Autoencoder, to_unit
+from .config import EmbeddedConfig
+from .dit import CausalDiT
+from .masks import block_causal_context
+from .model import WEIGHTS_DIR, EmbeddedModel, prompt_tokens
+from .world import sample_clip
+
+
+def psnr(a: torch.Tensor, b: torch.Tensor) -> float:
+    """PSNR in dB of images in [-1, 1]."""
+    mse = F.mse_loss(a.clamp(-1, 1), b.clamp(-1, 1)).item()
+    return 10 * np.log10(4.0 / max(mse, 1e-12))
+
+
+def frame_batch(rng: np.random.Generator, n: int, size: int) -> torch.Tensor:
+    clips = [sample_clip(rng, 2, 2, size) for _ in range((n + 1) // 2)]
+    return torch.from_numpy(np.concatenate([c.frames for c in clips])[:n])
+
+
+def train_autoencoder(cfg: EmbeddedConfig, run: Path, steps: int, seed: int, minutes_per_ckpt: float) -> Autoencoder:
+    ckpt_path = run / "ae.pt"
+    ae = Autoencoder(cfg.autoencoder)
+    opt = torch.optim.AdamW(ae.parameters(), lr=1e-3, weight_decay=0.0)
+    step, rng = 0, np.random.default_rng(seed)
+    if ckpt_path.exists():
+        ck = torch.load(ckpt_path, weights_only=False)
+        ae.load_state_dict(ck["ae"])
+        opt.load_state_dict(ck["opt"])
+        step, rng = ck["step"], ck["rng"]
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 0.5 * (1 + np.cos(np.pi * min(s / steps, 1.0))))
+    for _ in range(step):
+        sched.step()
+    last_ckpt = time.monotonic()
+    bar = tqdm(total=steps, initial=step, desc="autoencoder", dynamic_ncols=True)
+    while step < steps:
+        img = to_unit(frame_batch(rng, 16, cfg.autoencoder.image_size))
+        z = ae.encoder(img)
+        # Noise on the latents: generated latents are never exact, the decoder must not care.
+        z_in = z + 0.1 * z.detach().std() * torch.randn_like(z) * (torch.rand(z.shape[0], 1, 1, 1) < 0.5)
+        rec = ae.decoder(z_in)
+        loss = F.l1_loss(rec, img) + F.mse_loss(rec, img) + 1e-4 * z.pow(2).mean()
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        sched.step()
+        step += 1
+        bar.update(1)
+        if step % 20 == 0:
+            bar.set_postfix(loss=f"{loss.item():.4f}", psnr=f"{psnr(rec.detach(), img):.1f}")
+        if time.monotonic() - last_ckpt > 60 * minutes_per_ckpt or step == steps:
+            torch.save({"ae": ae.state_dict(), "opt": opt.state_dict(), "step": step, "rng": rng}, ckpt_path)
+            last_ckpt = time.monotonic()
+    bar.close()
+    return ae.eval()
+
+
+@torch.no_grad()
+def evaluate_autoencoder(ae: Autoencoder, size: int, seed: int = 12345, n: int = 64) -> tuple[float, float]:
+    """Held-out reconstruction PSNR (dB) and the latent std (for latent_scale)."""
+    img = to_unit(frame_batch(np.random.default_rng(seed), n, size))
+    z = ae.encoder(img)
+    return psnr(ae.decoder(z), img), float(z.std())
+
+
+class ClipSampler:
+    """Latent training clips: [sink chunk, (gap), window chunks, current chunk]."""
+
+    def __init__(self, model: EmbeddedModel, rng: np.random.Generator, gap_prob: float = 0.5):
+        self.model, self.rng, self.gap_prob = model, rng, gap_prob
+        self.cfg = model.cfg
+
+    def sample(self, batch: int) -> dict[str, torch.Tensor]:
+        cfg, f = self.cfg, self.cfg.frames_per_chunk
+        n = cfg.sink_frames + cfg.window_frames + f
+        frames, acts, ctrls, toks = [], [], [], []
+        for _ in range(batch):
+            gap = f * int(self.rng.integers(1, 16)) if self.rng.random() < self.gap_prob else 0
+            clip = sample_clip(self.rng, n + gap, f, cfg.autoencoder.image_size)
+            keep = np.r_[0 : cfg.sink_frames, cfg.sink_frames + gap : n + gap]
+            frames.append(clip.frames[keep])
+            acts.append(clip.actions[keep])
+            ctrls.append(clip.controls[keep])
+            chunk_prompts = [clip.prompts[i // f] for i in keep]
+            toks.append(torch.stack([prompt_tokens(p, cfg.dit.max_tokens)[0] for p in chunk_prompts]))
+        flat = torch.from_numpy(np.concatenate(frames))
+        latents = self.model.encode_frames(flat).reshape(batch, n, *self.model.spec.latent_shape[1:])
+        return {
+            "x0": latents,  # (B, T, C, h, w)
+            "actions": torch.from_numpy(np.stack(acts)).long(),  # (B, T)
+            "controls": torch.from_numpy(np.stack(ctrls)).float(),  # (B, T, 2)
+            "tokens": torch.stack(toks),  # (B, T, L) prompt of each frame's chunk
+        }
+
+
+def dit_loss(dit: CausalDiT, data: dict[str, torch.Tensor], cfg: EmbeddedConfig) -> torch.Tensor:
+    x0 = data["x0"]
+    b, t = x0.shape[:2]
+    f = cfg.frames_per_chunk
+    chunks = t // f
+    # Independent noise level per chunk (diffusion forcing); logit-normal leans to mid times.
+    t_chunk = torch.sigmoid(torch.randn(b, chunks) * 1.2)
+    # Half the clips take the inference shape: a clean past (small noise, against the drift
+    # of rollouts that feed on their own output) before a random chunk that is denoised.
+    first = torch.randint(1, chunks, (b, 1))
+    clean_prefix = (torch.arange(chunks)[None] < first) & (torch.rand(b, 1) < 0.5)
+    t_chunk = torch.where(clean_prefix, torch.rand(b, chunks) * 0.05, t_chunk)
+    t_frame = t_chunk.repeat_interleave(f, 1)  # (B, T)
+    noise = torch.randn_like(x0)
+    bc = (..., None, None, None)
+    x_t = (1 - t_frame[bc]) * x0 + t_frame[bc] * noise
+
+    tokens = data["tokens"].reshape(b * t, -1)
+    uniq, inverse = torch.unique(tokens, dim=0, return_inverse=True)
+    enc = dit.encode_text(uniq)
+    text = {k: v[inverse].reshape(b, t, *v.shape[1:]) for k, v in enc.items()}
+    ctx = block_causal_context(b, t, f, cfg.dit.tokens_per_frame)
+    v = dit(x_t, t_frame, text, data["actions"], data["controls"], ctx)
+    # Nearly clean chunks are context only: their velocity target is unpredictable noise.
+    weight = (t_frame > 0.05).float()[bc]
+    return ((v - (noise - x0)) ** 2 * weight).sum() / (weight.sum() * v[0, 0].numel()).clamp(min=1)
+
+
+def train_dit(model: EmbeddedModel, run: Path, steps: int, batch: int, seed: int,
+              minutes_per_ckpt: float, export: Path, lr: float) -> None:
+    cfg, dit = model.cfg, model.dit
+    ema = copy.deepcopy(dit).eval()
+    for p in ema.parameters():
+        p.requires_grad_(False)
+    opt = torch.optim.AdamW(dit.parameters(), lr=lr, weight_decay=0.01, betas=(0.9, 0.99))
+    ckpt_path, log_path = run / "dit.pt", run / "dit_log.jsonl"
+    step, rng = 0, np.random.default_rng(seed + 1)
+    if ckpt_path.exists():
+        ck = torch.load(ckpt_path, weights_only=False)
+        dit.load_state_dict(ck["dit"])
+        ema.load_state_dict(ck["ema"])
+        opt.load_state_dict(ck["opt"])
+        step, rng = ck["step"], ck["rng"]
+    elif (export / "embedded.safetensors").exists() and (export / "dit_step.json").exists():
+        # Warm start across work sessions from the committed EMA weights (no optimiser state).
+        shipped = EmbeddedModel.load(export)
+        dit.load_state_dict(shipped.dit.state_dict())
+        ema.load_state_dict(shipped.dit.state_dict())
+        step = json.loads((export / "dit_step.json").read_text())["step"]
+    dit.train()
+    sampler = ClipSampler(model, rng)
+    last_ckpt, t_start = time.monotonic(), time.monotonic()
+    bar = tqdm(total=steps, initial=step, desc="dit", dynamic_ncols=True)
+    losses: list[float] = []
+    while step < steps:
+        data = sampler.sample(batch)
+        warm = min(1.0, (step + 1) / 200)
+        for g in opt.param_groups:
+            g["lr"] = lr * warm
+        loss = dit_loss(dit, data, cfg)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(dit.parameters(), 1.0)
+        opt.step()
+        decay = min(0.999, (1 + step) / (10 + step))
+        with torch.no_grad():
+            for pe, pm in zip(ema.parameters(), dit.parameters(), strict=True):
+                pe.lerp_(pm, 1 - decay)
+        step += 1
+        losses.append(loss.item())
+        bar.update(1)
+        if step % 10 == 0:
+            bar.set_postfix(loss=f"{np.mean(losses[-50:]):.4f}")
+        if time.monotonic() - last_ckpt > 60 * minutes_per_ckpt or step == steps:
+            sampler.rng = rng  # same generator object; stored for resume
+            torch.save({"dit": dit.state_dict(), "ema": ema.state_dict(), "opt": opt.state_dict(),
+                        "step": step, "rng": rng}, ckpt_path)
+            with log_path.open("a") as fh:
+                fh.write(json.dumps({"step": step, "loss": float(np.mean(losses[-100:])),
+                                     "minutes": (time.monotonic() - t_start) / 60}) + "\n")
+            export_weights(model, ema, export, step)
+            last_ckpt = time.monotonic()
+    bar.close()
+
+
+def export_weights(model: EmbeddedModel, ema: CausalDiT, export: Path, step: int) -> None:
+    shipped = EmbeddedModel(model.cfg, ae=model.ae, dit=copy.deepcopy(ema))
+    shipped.save(export)
+    (export / "dit_step.json").write_text(json.dumps({"step": step}) + "\n")
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--run-dir", type=Path, default=Path("runs/embedded"))
+    ap.add_argument("--export", type=Path, default=WEIGHTS_DIR)
+    ap.add_argument("--ae-steps", type=int, default=1500)
+    ap.add_argument("--dit-steps", type=int, default=20000)
+    ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--lr", type=float, default=3e-4)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--ckpt-minutes", type=float, default=3.0)
+    args = ap.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(args.seed)
+    args.run_dir.mkdir(parents=True, exist_ok=True)
+
+    cfg = EmbeddedConfig()
+    if (args.export / "embedded.json").exists():
+        cfg = EmbeddedConfig.load(args.export / "embedded.json")
+    if (args.export / "embedded.safetensors").exists() and not (args.run_dir / "ae.pt").exists():
+        ae = EmbeddedModel.load(args.export).ae  # resume across sessions from the shipped autoencoder
+    else:
+        ae = train_autoencoder(cfg, args.run_dir, args.ae_steps, args.seed, args.ckpt_minutes)
+    ae_psnr, z_std = evaluate_autoencoder(ae, cfg.autoencoder.image_size)
+    if cfg.latent_scale == 1.0:
+        cfg = EmbeddedConfig.from_dict({**cfg.to_dict(), "latent_scale": 1.0 / z_std})
+    print(f"autoencoder: held-out PSNR {ae_psnr:.2f} dB, latent std {z_std:.3f}", flush=True)
+    (args.run_dir / "ae_eval.json").write_text(json.dumps({"psnr_db": ae_psnr, "latent_std": z_std}) + "\n")
+    model = EmbeddedModel(cfg, ae=ae)
+    torch.manual_seed(args.seed)
+    model.dit = CausalDiT(cfg.dit)
+    train_dit(model, args.run_dir, args.dit_steps, args.batch, args.seed, args.ckpt_minutes, args.export, args.lr)
+
+
+if __name__ == "__main__":
+    main()
