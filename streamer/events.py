@@ -23,27 +23,23 @@ class Chunk:
     prompt_version: int = 0  # how many redirects the chunk's conditioning reflects
 
 
-@dataclass(frozen=True)
 class Refused(Exception):
     """Admission control refused a session; `reason` names the figures."""
 
-    reason: str
-    queue_position: int | None = None
+    def __init__(self, reason: str, queue_position: int | None = None):
+        super().__init__(reason)
+        self.reason = reason
+        self.queue_position = queue_position
 
-    def __str__(self) -> str:
-        return self.reason
 
-
-@dataclass(frozen=True)
 class ControlError(Exception):
     """A control message was rejected; `field` names the offending field."""
 
-    field: str
-    message: str
-    code: str = "invalid_field"
-
-    def __str__(self) -> str:
-        return f"{self.field}: {self.message}"
+    def __init__(self, field: str, message: str, code: str = "invalid_field"):
+        super().__init__(f"{field}: {message}")
+        self.field = field
+        self.message = message
+        self.code = code
 
 
 @dataclass

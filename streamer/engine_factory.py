@@ -1,0 +1,51 @@
+"""Build an engine from `streamer serve` arguments: pick the model, its weights, the engine config."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import torch
+
+from .engine import Engine, EngineConfig
+from .models.embedded.config import AutoencoderConfig, DiTConfig, EmbeddedConfig
+from .models.embedded.model import EmbeddedModel
+
+MODELS = ("embedded",)
+
+
+def tiny_embedded(seed: int = 0) -> EmbeddedModel:
+    """A tiny random embedded model (32x32 frames) for plumbing tests: fast, meaningless pixels."""
+    torch.manual_seed(seed)
+    cfg = EmbeddedConfig(
+        autoencoder=AutoencoderConfig(image_size=32, enc_channels=16, dec_channels=16, dec_mid_channels=8),
+        dit=DiTConfig(latent_size=4, dim=32, depth=2, heads=2, text_layers=1),
+    )
+    model = EmbeddedModel(cfg, max_batch=8)
+    with torch.no_grad():  # adaLN-Zero starts at zero; make every input matter
+        for p in model.dit.parameters():
+            p.add_(torch.randn_like(p) * 0.2)
+        # An untrained decoder maps everything to mid-grey; spread it so frames differ visibly.
+        model.ae.decoder.net[-2].weight.mul_(8.0)
+    return model
+
+
+def build_model(name: str, config: str | None, weights: str | None):
+    if name == "embedded":
+        if config == "tiny-random":
+            return tiny_embedded()
+        if config is not None:
+            raise ValueError(f"--config for the embedded model must be 'tiny-random', got {config!r}")
+        return EmbeddedModel.load(Path(weights) if weights else None)
+    raise ValueError(f"unknown model {name!r}; choose from {MODELS}")
+
+
+def build_engine(args: argparse.Namespace) -> Engine:
+    model = build_model(args.model, getattr(args, "config", None), getattr(args, "weights", None))
+    cfg = EngineConfig(
+        max_sessions=args.max_sessions or 8,
+        steps=args.steps,
+        fps=args.fps,
+        scheduler=getattr(args, "scheduler", None) or "deadline",
+    )
+    return Engine(model, cfg)
