@@ -99,10 +99,25 @@ class Engine:
         if self.cfg.calibrate:
             self.calibration = await asyncio.to_thread(calibrate, self.model, self.pool, self.steps)
             self.scheduler.cost.calibrate(self.calibration)
+            if self.cfg.fps is None:
+                self.fps = self._sustainable_fps()
         self._running = True
         self._thread = threading.Thread(target=self._run, name="streamer-engine", daemon=True)
         self._thread.start()
         self._ready = True
+
+    def _sustainable_fps(self) -> float:
+        """The model's fps, or less if this machine cannot hold even one stream at it.
+
+        A served rate the hardware cannot keep would make admission refuse every session;
+        instead the engine serves at the highest even rate one stream can hold within the
+        utilisation bound (a laptop gets a smooth lower rate, not a refusal).
+        """
+        per_chunk = self.steps * self.calibration[("denoise", 1)] + self.calibration[("commit", 1)]
+        limit = self.cfg.utilisation_bound * self.spec.frames_per_chunk / per_chunk
+        if limit >= self.spec.fps:
+            return self.spec.fps
+        return float(max(2, int(limit) // 2 * 2))
 
     def ready(self) -> bool:
         return self._ready and self._running

@@ -125,7 +125,8 @@ class CacheBatch:
             kc, vc = pool.k[layer, slot], pool.v[layer, slot]  # (H, max_tokens, Dh)
             kc[:, start:end] = k[i]
             vc[:, start:end] = v[i]
-            out[i] = F.scaled_dot_product_attention(q[i], kc[:, :end], vc[:, :end])
+            # 4-D inputs: with 3-D ones torch's CPU dispatch falls back to the math kernel.
+            out[i : i + 1] = F.scaled_dot_product_attention(q[i : i + 1], kc[None, :, :end], vc[None, :, :end])
         return out
 
     def finish(self, rotate_back: Callable[[torch.Tensor, int], torch.Tensor]) -> None:

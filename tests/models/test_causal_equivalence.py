@@ -49,8 +49,9 @@ def test_cached_rollout_equals_full_causal_forward():
         n = (k + 1) * f
         t_frame = torch.zeros(1, n)
         t_frame[:, k * f :] = t_k
-        text_parts = [model._text([per_chunk[c]], f) for c in range(k + 1)]
-        text = {key: torch.cat([p[key] for p in text_parts], 1) for key in text_parts[0]}
+        text_parts = [model._text([per_chunk[c]]) for c in range(k + 1)]
+        text = {key: torch.cat([p[key].expand(-1, f, *p[key].shape[2:]) for p in text_parts], 1)
+                for key in text_parts[0]}
         ctx = block_causal_context(1, n, f, model.cfg.dit.tokens_per_frame)
         with torch.no_grad():
             v = model.dit(x[:, :n], t_frame, text, actions[:, :n], controls[:, :n], ctx)[:, k * f :]

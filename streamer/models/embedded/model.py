@@ -124,19 +124,16 @@ class EmbeddedModel:
             for i, (t, u) in enumerate(zip(texts, unknown, strict=True))
         ]
 
-    def _text(self, prompts: list[PromptCond], frames: int) -> dict[str, torch.Tensor]:
-        """Stack per-sample prompt tensors and repeat them for each frame of the chunk."""
+    def _text(self, prompts: list[PromptCond]) -> dict[str, torch.Tensor]:
+        """Stack per-sample prompt tensors; one prompt is shared by all frames of a chunk."""
         kv = torch.stack([p.tensors["kv"] for p in prompts])  # (B, depth, 2, H, L, Dh)
         pooled = torch.stack([p.tensors["pooled"] for p in prompts])  # (B, D)
-        return {
-            "kv": kv[:, None].expand(-1, frames, *kv.shape[1:]),
-            "pooled": pooled[:, None].expand(-1, frames, -1),
-        }
+        return {"kv": kv[:, None], "pooled": pooled[:, None]}
 
     def _forward(self, x: torch.Tensor, t: torch.Tensor, cond: Conditioning, cache: CacheBatch) -> torch.Tensor:
         b, f = x.shape[:2]
         frame_t = t.float()[:, None].expand(b, f)
-        return self.dit(x, frame_t, self._text(cond.prompts, f), cond.actions, cond.controls, cache)
+        return self.dit(x, frame_t, self._text(cond.prompts), cond.actions, cond.controls, cache)
 
     @torch.no_grad()
     def denoise(self, x: torch.Tensor, t: torch.Tensor, cond: Conditioning, cache: CacheBatch) -> torch.Tensor:

@@ -1,0 +1,198 @@
+"""`streamer eval`: roll the embedded model out and score it from pixels.
+
+Prints a table, and with `--json` a last line that dashboards read:
+`prompt_adherence`, `motion_accuracy`, `action_response_frames` (p90), `avatar_mouth_corr`,
+`redirect_chunks` (p90), `drift_points` (null in --quick), `fps_single`, `frame_size`.
+`--quick` runs in under a minute; the full run adds the 2100-frame drift rollout and the
+per-step time of batches of 1..16 streams.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from ...sampling import SAMPLERS
+from . import evaluate as ev
+from . import vocab
+from .model import EmbeddedModel
+from .rollout import Script, rollout
+
+
+def _nanmean(values: list[float]) -> float:
+    good = [v for v in values if not np.isnan(v)]
+    return float(np.mean(good)) if good else float("nan")
+
+
+def _held(values: list, f: int) -> np.ndarray:
+    return np.repeat(np.asarray(values), f, axis=0)
+
+
+def story_scripts(rng: np.random.Generator, n: int, chunks: int, f: int) -> tuple[list[Script], list]:
+    specs = [vocab.random_spec(rng, "story") for _ in range(n)]
+    scripts = [Script([vocab.describe(s)] * chunks, np.zeros(chunks * f, np.int64),
+                      _held([[0.0, 1.0]] * chunks, f).astype(np.float32)) for s in specs]
+    return scripts, specs
+
+
+def eval_story(model: EmbeddedModel, rng: np.random.Generator, n: int, chunks: int, steps: int | None,
+               sampler: str) -> dict[str, float]:
+    f = model.spec.frames_per_chunk
+    scripts, specs = story_scripts(rng, n, chunks, f)
+    frames = rollout(model, scripts, steps, int(rng.integers(1 << 30)), sampler).frames
+    scores = [ev.score_story(fr, sp) for fr, sp in zip(frames, specs, strict=True)]
+    moving = [s["motion"] for s, sp in zip(scores, specs, strict=True)]
+    return {
+        "prompt_adherence": float(np.mean([s["adherence"] for s in scores])),
+        "background": float(np.mean([s["background"] for s in scores])),
+        "shape_and_colour": float(np.mean([s["shape_and_colour"] for s in scores])),
+        "motion_accuracy": float(np.mean(moving)),
+    }
+
+
+def eval_game(model: EmbeddedModel, rng: np.random.Generator, n: int, chunks: int, steps: int | None,
+              sampler: str) -> dict[str, float]:
+    f = model.spec.frames_per_chunk
+    scripts, specs = [], []
+    for _ in range(n):
+        spec = vocab.random_spec(rng, "game")
+        # Keys change at chunk boundaries (the engine applies an action from the next chunk):
+        # hold a direction 3 chunks, then release 1 chunk, so every press is a fresh trial.
+        acts = []
+        while len(acts) < chunks:
+            acts += [int(rng.integers(1, 5))] * 3 + [0]
+        scripts.append(Script([vocab.describe(spec)] * chunks, _held(acts[:chunks], f).astype(np.int64),
+                              _held([[0.0, 1.0]] * chunks, f).astype(np.float32)))
+        specs.append(spec)
+    frames = rollout(model, scripts, steps, int(rng.integers(1 << 30)), sampler).frames
+    scores = [ev.score_game(fr, s.actions, sp) for fr, s, sp in zip(frames, scripts, specs, strict=True)]
+    lags = [s["response_frames"] for s in scores if not np.isnan(s["response_frames"])]
+    responded = [s["responded"] for s in scores if not np.isnan(s["responded"])]
+    return {
+        # A clip whose presses never showed counts as the clip length (a miss, not a gap).
+        "action_response_frames": float(np.percentile(lags + [float(chunks * f)] * (n - len(lags)), 90)),
+        "action_responded": float(np.mean(responded)) if responded else 0.0,
+        "action_move_accuracy": _nanmean([s["move"] for s in scores]),
+        "character_found": float(np.mean([s["found"] for s in scores])),
+    }
+
+
+def eval_avatar(model: EmbeddedModel, rng: np.random.Generator, n: int, chunks: int, steps: int | None,
+                sampler: str) -> dict[str, float]:
+    f = model.spec.frames_per_chunk
+    scripts, specs = [], []
+    for _ in range(n):
+        spec = vocab.random_spec(rng, "avatar")
+        mouth = np.clip(rng.random(chunks) * 1.2 - 0.1, 0, 1)  # a new mouth value every chunk
+        ctrl = np.stack([mouth, np.ones(chunks)], 1)
+        scripts.append(Script([vocab.describe(spec)] * chunks, np.zeros(chunks * f, np.int64),
+                              _held(ctrl.tolist(), f).astype(np.float32)))
+        specs.append(spec)
+    frames = rollout(model, scripts, steps, int(rng.integers(1 << 30)), sampler).frames
+    corr = [ev.score_avatar(fr, s.controls, sp)["mouth_corr"] for fr, s, sp in zip(frames, scripts, specs, strict=True)]
+    return {"avatar_mouth_corr": _nanmean(corr)}
+
+
+def eval_redirect(model: EmbeddedModel, rng: np.random.Generator, n: int, chunks: int, steps: int | None,
+                  sampler: str) -> dict[str, float]:
+    """Switch the prompt to another object colour mid-rollout; count chunks until it shows."""
+    f, switch = model.spec.frames_per_chunk, chunks // 2
+    scripts, targets = [], []
+    for _ in range(n):
+        a = vocab.random_spec(rng, "story")
+        b = a
+        while b.objects[0].color == a.objects[0].color:
+            b = vocab.random_spec(rng, "story")
+        b = vocab.SceneSpec("story", a.background, (vocab.ObjectSpec(b.objects[0].color, a.objects[0].shape,
+                                                                     a.objects[0].motion),))
+        scripts.append(Script([vocab.describe(a)] * switch + [vocab.describe(b)] * (chunks - switch),
+                              np.zeros(chunks * f, np.int64), np.tile([0.0, 1.0], (chunks * f, 1)).astype(np.float32)))
+        targets.append(b)
+    frames = rollout(model, scripts, steps, int(rng.integers(1 << 30)), sampler).frames
+    waits = []
+    for fr, b in zip(frames, targets, strict=True):
+        colour = b.objects[0].color
+        hit = [any(d.color == colour for d in ev.find_objects(x, b.background)) for x in fr[switch * f :]]
+        first = next((i for i, h in enumerate(hit) if h), None)
+        waits.append((chunks - switch + 1) if first is None else first // f + 1)
+    return {"redirect_chunks": float(np.percentile(waits, 90)),
+            "redirect_within_2": float(np.mean([w <= 2 for w in waits]))}
+
+
+def eval_drift(model: EmbeddedModel, rng: np.random.Generator, steps: int | None, sampler: str,
+               n: int = 2, frames: int = 2100) -> float:
+    """Adherence over frames 2000-2100 minus over 0-100, in points (negative = got worse)."""
+    f = model.spec.frames_per_chunk
+    scripts, specs = story_scripts(rng, n, frames // f, f)
+    out = rollout(model, scripts, steps, int(rng.integers(1 << 30)), sampler).frames
+    early = np.mean([ev.score_story(o[:100], s)["adherence"] for o, s in zip(out, specs, strict=True)])
+    late = np.mean([ev.score_story(o[2000:2100], s)["adherence"] for o, s in zip(out, specs, strict=True)])
+    return float(100 * (late - early))
+
+
+def speed(model: EmbeddedModel, steps: int | None, sampler: str, batches: tuple[int, ...]) -> dict:
+    f = model.spec.frames_per_chunk
+    rng = np.random.default_rng(0)
+    out: dict = {}
+    for b in batches:
+        scripts, _ = story_scripts(rng, b, 12, f)
+        rollout(model, [Script(s.prompts[:2], s.actions[: 2 * f], s.controls[: 2 * f]) for s in scripts], steps)
+        res = rollout(model, scripts, steps, sampler=sampler)
+        out[b] = {"frames_per_s": b * 12 * f / res.seconds,
+                  "seconds_per_step": res.seconds / (12 * ((steps or model.spec.default_steps) + 1))}
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="streamer eval", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--weights", type=Path, default=None, help="weights dir or .safetensors (default: shipped)")
+    ap.add_argument("--quick", action="store_true", help="a run under a minute (no drift, one speed figure)")
+    ap.add_argument("--json", action="store_true", help="print the figures as one JSON object on the last line")
+    ap.add_argument("--steps", type=int, default=None)
+    ap.add_argument("--sampler", choices=SAMPLERS, default="euler")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--out", type=Path, default=None, help="also write the JSON here")
+    args = ap.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    model = EmbeddedModel.load(args.weights)
+    rng = np.random.default_rng(args.seed)
+    n, chunks = (6, 8) if args.quick else (24, 12)
+    started = time.perf_counter()
+    res: dict = {}
+    res.update(eval_story(model, rng, n, chunks, args.steps, args.sampler))
+    res.update(eval_game(model, rng, max(2, n // 2), chunks * 2, args.steps, args.sampler))
+    res.update(eval_avatar(model, rng, max(2, n // 2), chunks, args.steps, args.sampler))
+    res.update(eval_redirect(model, rng, n, chunks, args.steps, args.sampler))
+    res["drift_points"] = None if args.quick else eval_drift(model, rng, args.steps, args.sampler)
+    sp = speed(model, args.steps, args.sampler, (1,) if args.quick else (1, 2, 4, 8, 16))
+    res["fps_single"] = sp[1]["frames_per_s"]
+    if not args.quick:
+        res["batch_speed"] = {str(k): v for k, v in sp.items()}
+    res["frame_size"] = [model.spec.height, model.spec.width]
+    res["steps"] = args.steps or model.spec.default_steps
+    res["sampler"] = args.sampler
+    res["eval_seconds"] = round(time.perf_counter() - started, 1)
+    for key, value in res.items():
+        if not isinstance(value, dict):
+            print(f"{key:>24}: {value:.3f}" if isinstance(value, float) else f"{key:>24}: {value}", file=sys.stderr)
+    # NaN (nothing measurable, e.g. no character found) is not JSON: report it as null.
+    res = {k: (None if isinstance(v, float) and np.isnan(v) else v) for k, v in res.items()}
+    line = json.dumps(res)
+    if args.out:
+        args.out.write_text(line + "\n")
+    if args.json:
+        print(line)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
