@@ -1,0 +1,102 @@
+"""Admission control: the utilisation bound, the session limit, and the waiting queue."""
+
+from __future__ import annotations
+
+import pytest
+
+from scheduler import SchedulerConfig, SerialScheduler, StepResult, StepScheduler
+
+from .helpers import calibrated, spec
+
+
+def test_refuses_exactly_the_session_that_would_push_utilisation_over_the_bound() -> None:
+    # 10 ms + 4 ms/sample per step, 5 batches per chunk of 1/6 s: U(n) = 30 * (0.010 + 0.004 n)
+    sched = StepScheduler(SchedulerConfig(), calibrated())
+    answers = [sched.add_session(spec(f"s{i}"), 0.0) for i in range(5)]
+    assert [a.admitted for a in answers] == [True, True, True, True, False]
+    assert answers[3].utilisation == pytest.approx(0.78)
+    refused = answers[4]
+    assert refused.utilisation == pytest.approx(0.90)
+    assert refused.reason == "predicted utilisation 0.90 > bound 0.85 with 5 sessions"
+    assert refused.queue_position is None
+    assert sched.session_ids == ("s0", "s1", "s2", "s3")
+    # A lighter session (half the chunk rate) still fits under the bound.
+    light = sched.add_session(spec("light", fps=6.0), 0.0)
+    assert light.admitted and light.utilisation <= 0.85
+    assert light.reason.startswith("admitted: predicted utilisation")
+
+
+def test_session_limit() -> None:
+    sched = StepScheduler(SchedulerConfig(max_sessions=2), calibrated(0.001, 0.0001))
+    assert sched.add_session(spec("a"), 0.0).admitted
+    assert sched.add_session(spec("b"), 0.0).admitted
+    answer = sched.add_session(spec("c"), 0.0)
+    assert not answer.admitted and answer.reason == "session limit: 3 sessions > max_sessions 2"
+
+
+def test_duplicate_ids_are_rejected() -> None:
+    sched = StepScheduler(SchedulerConfig(max_sessions=1, queue_when_full=True), calibrated())
+    sched.add_session(spec("a"), 0.0)
+    sched.add_session(spec("q"), 0.0)
+    for sid in ("a", "q"):
+        with pytest.raises(ValueError, match="already exists"):
+            sched.add_session(spec(sid), 0.0)
+
+
+def test_paused_sessions_keep_their_share() -> None:
+    sched = StepScheduler(SchedulerConfig(), calibrated())
+    for i in range(4):
+        sched.add_session(spec(f"s{i}"), 0.0)
+        sched.pause(f"s{i}", 0.0)
+    assert sched.utilisation() == 0.0
+    assert not sched.add_session(spec("s4"), 0.0).admitted
+
+
+def test_queue_reports_positions_and_admits_in_order_when_sessions_leave() -> None:
+    sched = StepScheduler(SchedulerConfig(queue_when_full=True), calibrated())
+    for i in range(4):
+        assert sched.add_session(spec(f"s{i}"), 0.0).admitted
+    first = sched.add_session(spec("q1"), 0.0)
+    second = sched.add_session(spec("q2"), 0.0)
+    assert (first.admitted, first.queue_position) == (False, 1)
+    assert first.reason.startswith("predicted utilisation 0.90")
+    assert (second.admitted, second.queue_position) == (False, 2)
+    assert second.reason == "1 session(s) queued before it"
+    assert sched.stats()["queued"] == ["q1", "q2"]
+    assert sched.admitted_from_queue() == []
+    sched.remove_session("s0", 1.0)
+    assert sched.admitted_from_queue() == ["q1"]
+    assert sched.admitted_from_queue() == []  # reported once
+    assert "q1" in sched.session_ids and sched.stats()["queued"] == ["q2"]
+    plan = sched.schedule(1.0)
+    assert plan is not None and "q1" in plan.session_ids  # its first chunk is due at admission
+    sched.remove_session("q2")  # a queued session can leave the queue
+    sched.remove_session("never-there")
+    assert sched.stats()["queued"] == []
+
+
+def test_queue_is_first_in_first_out() -> None:
+    sched = StepScheduler(SchedulerConfig(max_sessions=2, queue_when_full=True), calibrated(0.001, 0.0001))
+    for sid in "abcd":
+        sched.add_session(spec(sid), 0.0)
+    assert sched.stats()["queued"] == ["c", "d"]
+    sched.remove_session("a", 0.5)
+    assert sched.admitted_from_queue() == ["c"] and sched.stats()["queued"] == ["d"]
+
+
+def test_a_failure_admits_from_the_queue() -> None:
+    sched = StepScheduler(SchedulerConfig(max_sessions=1, queue_when_full=True), calibrated())
+    sched.add_session(spec("a"), 0.0)
+    sched.add_session(spec("b"), 0.0)
+    plan = sched.schedule(0.0)
+    assert plan is not None
+    sched.update(plan, StepResult(0.01, failed_sessions=("a",)), 0.01)
+    assert sched.admitted_from_queue() == ["b"] and sched.session_ids == ("b",)
+
+
+def test_serial_baseline_admits_everyone_up_to_the_session_limit() -> None:
+    sched = SerialScheduler(SchedulerConfig(max_sessions=6), calibrated())
+    answers = [sched.add_session(spec(f"s{i}"), 0.0) for i in range(7)]
+    assert all(a.admitted for a in answers[:6])
+    assert answers[5].utilisation > 1.0  # one stream at a time cannot keep up, but it admits
+    assert answers[6].reason == "session limit: 7 sessions > max_sessions 6"
