@@ -47,12 +47,19 @@ def calibrate(model: CausalVideoModel, pool: KVCachePool, steps: int, repeats: i
         for b in _sizes(limit):
             x = torch.randn(b, *spec.latent_shape)
             t = torch.full((b,), 0.5)
-            model.denoise(x, t, cond(b), pool.batch(slots[:b]))  # warm-up
+            c, batch = cond(b), slots[:b]
+
+            def denoise(x=x, t=t, c=c, batch=batch) -> None:
+                model.denoise(x, t, c, pool.batch(batch))
+
+            def commit(x=x, c=c, batch=batch) -> None:
+                model.commit(x, c, pool.batch(batch, commit=True))
+                model.decode(x)
+
             # The minimum over repeats: a shared machine only ever adds time.
-            out[("denoise", b)] = min(_timed(lambda: model.denoise(x, t, cond(b), pool.batch(slots[:b])))
-                                      for _ in range(repeats))
-            out[("commit", b)] = min(_timed(lambda: (model.commit(x, cond(b), pool.batch(slots[:b], commit=True)),
-                                                     model.decode(x))) for _ in range(repeats))
+            denoise()  # warm-up
+            out[("denoise", b)] = min(_timed(denoise) for _ in range(repeats))
+            out[("commit", b)] = min(_timed(commit) for _ in range(repeats))
         return out
     finally:
         for s in slots:

@@ -32,7 +32,7 @@ from scheduler.base import SchedulerBase
 from . import metrics
 from .calibration import calibrate
 from .engine_api import ChunkSink, SessionHandle
-from .events import Chunk, ControlError, Refused
+from .events import Chunk, Refused
 from .models.base import CausalVideoModel, Conditioning, PromptCond
 from .prompt_cache import PromptCache
 from .protocol import ControlMessage, StartMessage

@@ -28,13 +28,13 @@ class Collector:
         self.events.append(event)
         self.changed.set()
 
-    async def wait_chunks(self, n: int, timeout: float = 60.0) -> None:
+    async def wait_chunks(self, n: int, limit_s: float = 60.0) -> None:
         async def loop() -> None:
             while len(self.chunks) < n and not any(e["type"] in ("ended", "error") for e in self.events):
                 self.changed.clear()
                 await self.changed.wait()
 
-        await asyncio.wait_for(loop(), timeout)
+        await asyncio.wait_for(loop(), limit_s)
 
 
 def make_engine(**kw) -> Engine:
@@ -47,7 +47,7 @@ async def run_sessions(engine: Engine, starts: list[StartMessage], chunks: int) 
     await engine.start()
     try:
         sinks = [Collector() for _ in starts]
-        for s, sink in zip(starts, sinks):
+        for s, sink in zip(starts, sinks, strict=True):
             await engine.open_session(s, sink)
         for sink in sinks:
             await sink.wait_chunks(chunks)

@@ -72,7 +72,7 @@ def test_batched_denoise_equals_each_session_alone():
     latent = model.spec.latent_shape
     prompts = ["a red ball moving left on grass", "game: a blue character on sand", "avatar: pale skin black hair"]
     history = [0, 1, 4]  # chunks already committed: different cache lengths, one past the window
-    for slot, n, text in zip(slots, history, prompts):
+    for slot, n, text in zip(slots, history, prompts, strict=True):
         for _ in range(n):
             cond = cond_for(model, [text], torch.zeros(1, latent[0], dtype=torch.long), torch.rand(1, latent[0], 2))
             model.commit(torch.randn(1, *latent), cond, pool.batch([slot], commit=True))

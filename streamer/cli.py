@@ -1,0 +1,83 @@
+"""`streamer` command line: `serve`, `client`, `protocol-schema`, and `eval` (the model evaluator).
+
+    streamer serve [--host 127.0.0.1] [--port 8000] [--model embedded] [--fps F] [--steps S] ...
+    streamer client --url http://H:P --transport ws|webrtc --prompt TEXT --frames N [--out F.mp4] --json
+    streamer protocol-schema [--markdown]
+    streamer eval ...            (streamer.models.embedded.evaluate_cli)
+
+Heavy imports (torch, the engine, aiortc) happen inside the subcommand that needs them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import sys
+
+
+def _serve_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--model", default="embedded", help="model name or checkpoint folder (default: embedded)")
+    p.add_argument("--config", help="model/engine config file")
+    p.add_argument("--weights", help="weights file (default: the shipped ones)")
+    p.add_argument("--fps", type=float, help="playback rate (default: the model's)")
+    p.add_argument("--steps", type=int, help="denoising steps per chunk (default: the model's)")
+    p.add_argument("--max-sessions", type=int, help="admission limit (default: from capacity)")
+    p.add_argument("--codec", choices=["h264", "vp8"], default="h264", help="default WebRTC codec")
+    p.add_argument("--bitrate", type=int, default=1_000_000, help="WebRTC start bitrate, bits/s")
+    p.add_argument("--max-bitrate", type=int, default=3_000_000, help="WebRTC bitrate cap, bits/s")
+    p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="streamer", description="Real-time streaming video generation server."
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    _serve_args(sub.add_parser("serve", help="run the server"))
+    from streamer.client_cli import add_arguments
+
+    add_arguments(sub.add_parser("client", help="stream from a server and report latency"))
+    schema = sub.add_parser("protocol-schema", help="print the wire protocol's JSON schemas")
+    schema.add_argument("--markdown", action="store_true", help="as the docs/protocol.md section")
+    sub.add_parser("eval", help="evaluate the embedded model (see `streamer eval --help`)", add_help=False)
+    return parser
+
+
+def serve_command(args: argparse.Namespace) -> int:
+    from streamer.engine_factory import build_engine
+    from streamer.transport.server import print_url, serve
+    from streamer.transport.settings import ServerSettings
+
+    logging.basicConfig(
+        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    engine = build_engine(args)
+    settings = ServerSettings(
+        video_codec=args.codec, video_bitrate=args.bitrate, video_max_bitrate=args.max_bitrate
+    )
+    return asyncio.run(serve(engine, settings, args.host, args.port, args.log_level, on_started=print_url))
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] == "eval":
+        from streamer.models.embedded.evaluate_cli import main as eval_main
+
+        return int(eval_main(argv[1:]) or 0)
+    args = build_parser().parse_args(argv)
+    if args.command == "serve":
+        return serve_command(args)
+    if args.command == "client":
+        from streamer.client_cli import main as client_main
+
+        return client_main(args)
+    from streamer.protocol_schema import main as schema_main
+
+    return schema_main(["--markdown"] if args.markdown else [])
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

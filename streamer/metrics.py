@@ -1,0 +1,77 @@
+"""Prometheus metrics of the server, in one module-level registry served at `/metrics`.
+
+Who updates what:
+- the engine (`streamer/engine.py`): `SESSIONS_ACTIVE`, `BATCH_SIZE`, `STEP_SECONDS`, `QUEUE_DELAY`,
+  `CHUNK_LATENCY`, `CHUNKS`, `DEADLINE_MISSES`;
+- the transports (`streamer/transport/`): `SESSIONS_REFUSED` (every `Refused` reaches a transport),
+  `FRAMES_SENT`, `FRAMES_DROPPED`, `CONTROL_ERRORS`, `CONNECTIONS`.
+The process collector adds `process_resident_memory_bytes` and `process_open_fds` (soak tests).
+"""
+
+from __future__ import annotations
+
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    PlatformCollector,
+    ProcessCollector,
+)
+
+REGISTRY = CollectorRegistry(auto_describe=True)
+ProcessCollector(registry=REGISTRY)
+PlatformCollector(registry=REGISTRY)
+
+_SECONDS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+
+# ---- engine side ----
+SESSIONS_ACTIVE = Gauge(
+    "streamer_sessions_active", "Sessions admitted and not yet closed.", registry=REGISTRY
+)
+BATCH_SIZE = Histogram(
+    "streamer_batch_size",
+    "Sessions in each model batch.",
+    buckets=(1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 64),
+    registry=REGISTRY,
+)
+STEP_SECONDS = Histogram(
+    "streamer_step_seconds", "Wall time of one batched model step.", buckets=_SECONDS, registry=REGISTRY
+)
+QUEUE_DELAY = Histogram(
+    "streamer_queue_delay_seconds",
+    "Time a chunk job waited before its first denoising step.",
+    buckets=_SECONDS,
+    registry=REGISTRY,
+)
+CHUNK_LATENCY = Histogram(
+    "streamer_chunk_latency_seconds",
+    "Time from a chunk job's creation to its decoded frames.",
+    buckets=_SECONDS,
+    registry=REGISTRY,
+)
+CHUNKS = Counter("streamer_chunks", "Chunks finished (denominator of the miss rate).", registry=REGISTRY)
+DEADLINE_MISSES = Counter(
+    "streamer_deadline_misses", "Chunks finished after their playback deadline.", registry=REGISTRY
+)
+
+# ---- transport side ----
+SESSIONS_REFUSED = Counter("streamer_sessions_refused", "Sessions refused by admission.", registry=REGISTRY)
+FRAMES_SENT = Counter(
+    "streamer_frames_sent", "Frames handed to a client connection.", ["transport"], registry=REGISTRY
+)
+FRAMES_DROPPED = Counter(
+    "streamer_frames_dropped",
+    "Frames dropped for a slow client (latest-frame-wins).",
+    ["transport"],
+    registry=REGISTRY,
+)
+CONTROL_ERRORS = Counter(
+    "streamer_control_errors",
+    "Client messages answered with an error.",
+    ["transport", "code"],
+    registry=REGISTRY,
+)
+CONNECTIONS = Gauge(
+    "streamer_connections_active", "Open client connections.", ["transport"], registry=REGISTRY
+)

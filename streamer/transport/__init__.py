@@ -1,0 +1,1 @@
+"""streamer/transport package."""

@@ -1,0 +1,111 @@
+"""The `streamer` command line: serve (URL line, Ctrl-C drains, exit 0), client (last-line JSON,
+MP4, failure exit), protocol-schema, and the `eval` dispatch. The server runs a FakeEngine."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import types
+from pathlib import Path
+
+import av
+import httpx
+import pytest
+
+from streamer import cli
+from streamer.client_cli import run
+from tests.transport.conftest import server, start_server  # noqa: F401 - fixtures
+
+ROOT = Path(__file__).resolve().parents[1]
+# `streamer serve` with the engine factory swapped for the fake (the real one loads the model).
+SERVE_FAKE = """
+import sys, types
+from tests.fakes import FakeEngine
+sys.modules["streamer.engine_factory"] = types.SimpleNamespace(
+    build_engine=lambda args: FakeEngine(fps=args.fps or 30, max_sessions=args.max_sessions or 4))
+from streamer.cli import main
+raise SystemExit(main(sys.argv[1:]))
+"""
+
+
+def _client_args(url: str, **kw) -> object:
+    parser = cli.build_parser()
+    argv = ["client", "--url", url, "--json"] + [x for k, v in kw.items() for x in (f"--{k}", str(v))]
+    return parser.parse_args(argv)
+
+
+def test_serve_and_client_contract(tmp_path):
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    serve = subprocess.Popen(
+        [sys.executable, "-c", SERVE_FAKE, "serve", "--port", "0", "--fps", "30", "--log-level", "warning"],
+        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        line = serve.stdout.readline()
+        assert line.startswith("streamer: serving on http://127.0.0.1:"), line
+        url = line.split(" on ")[1].strip().rstrip("/")
+        assert httpx.get(f"{url}/healthz").status_code == 200
+        out = tmp_path / "out.mp4"
+        client = subprocess.run(
+            [sys.executable, "-m", "streamer.cli", "client", "--url", url, "--transport", "ws",
+             "--prompt", "red ball", "--frames", "12", "--out", str(out), "--json", "--redirect", "0.1:blue sky"],
+            cwd=ROOT, env=env, capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        assert client.returncode == 0, client.stderr
+        report = json.loads(client.stdout.strip().splitlines()[-1])
+        assert report["frames"] == 12 and report["error"] is None
+        assert {"ttff_s", "interval_p50_s", "interval_p99_s", "glass_to_glass_p50_s"} <= set(report)
+        with av.open(str(out)) as container:
+            assert sum(1 for _ in container.decode(video=0)) == 12
+    finally:
+        serve.send_signal(signal.SIGINT)
+        stdout, stderr = serve.communicate(timeout=30)
+    assert serve.returncode == 0, stderr
+
+
+async def test_client_webrtc_report(server):  # noqa: F811
+    report, status = await run(_client_args(server.url, transport="webrtc", prompt="a", frames=10))
+    assert status == 0 and report["frames"] == 10 and report["ttff_s"] > 0
+    assert report["glass_to_glass_p50_s"] is not None
+
+
+async def test_client_fails_nonzero_when_refused(start_server):  # noqa: F811
+    from tests.fakes import FakeEngine
+
+    srv = await start_server(FakeEngine(max_sessions=0))
+    report, status = await run(_client_args(srv.url, frames=5))
+    assert status == 1 and "refused" in report["error"] and report["frames"] == 0
+
+
+async def test_client_fails_nonzero_without_server():
+    report, status = await run(_client_args("http://127.0.0.1:9", frames=5))
+    assert status == 1 and report["error"]
+
+
+def test_protocol_schema_command(capsys):
+    assert cli.main(["protocol-schema"]) == 0
+    schemas = json.loads(capsys.readouterr().out)
+    assert schemas["protocol"] == 1 and "start" in schemas["client"]
+
+
+def test_eval_dispatches_to_the_model_evaluator(monkeypatch):
+    seen = []
+    fake = types.SimpleNamespace(main=lambda argv: seen.append(argv) or 0)
+    monkeypatch.setitem(sys.modules, "streamer.models.embedded.evaluate_cli", fake)
+    assert cli.main(["eval", "--weights", "w.safetensors", "--help-me"]) == 0
+    assert seen == [["--weights", "w.safetensors", "--help-me"]]
+
+
+def test_serve_defaults():
+    args = cli.build_parser().parse_args(["serve"])
+    assert (args.host, args.port, args.model, args.codec) == ("127.0.0.1", 8000, "embedded", "h264")
+
+
+@pytest.mark.parametrize("argv", [["client", "--transport", "carrier-pigeon"], ["serve", "--port", "x"]])
+def test_bad_arguments_exit_2(argv):
+    with pytest.raises(SystemExit) as info:
+        cli.main(argv)
+    assert info.value.code == 2
