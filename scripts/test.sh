@@ -11,5 +11,5 @@ if ! command -v chromium >/dev/null 2>&1; then
   fi
 fi
 .venv/bin/python -m ruff check streamer scheduler kernels tests benchmarks
-.venv/bin/python -m mypy scheduler
+.venv/bin/python -m mypy scheduler streamer
 exec .venv/bin/python -m pytest -q "$@"

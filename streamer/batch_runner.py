@@ -56,10 +56,12 @@ def _denoise(engine: Engine, plan: StepPlan, sessions: list[Session]) -> None:
 
 
 def _commit(engine: Engine, sessions: list[Session]) -> list[tuple[Session, np.ndarray]]:
-    works = [s.work for s in sessions]
-    if any(w is None or w.x0 is None for w in works):
-        raise RuntimeError("commit planned for a session whose chunk is not denoised")
-    x0 = torch.stack([w.x0 for w in works])  # type: ignore[union-attr]
+    works: list[ChunkWork] = []
+    for s in sessions:
+        if s.work is None or s.work.x0 is None:
+            raise RuntimeError(f"session {s.id}: commit planned before its chunk was denoised")
+        works.append(s.work)
+    x0 = torch.stack([w.x0 for w in works if w.x0 is not None])
     engine.model.commit(x0, _cond(engine, works), engine.pool.batch([s.slot for s in sessions], commit=True))
     frames = engine.model.decode(x0).numpy()  # (B, F, H, W, 3)
     for s in sessions:
@@ -71,6 +73,7 @@ def recache(engine: Engine, session: Session) -> None:
     """LongLive-style redirect: rebuild the session's cache from its kept latents under the new prompt."""
     engine.pool.reset(session.slot)
     for w in session.history:
+        assert w.x0 is not None  # history holds finished chunks only
         cond = engine.conditioning([session.prompt], [w.actions], [w.controls])
         engine.model.commit(w.x0[None], cond, engine.pool.batch([session.slot], commit=True))
     session.needs_recache = False

@@ -78,7 +78,7 @@ class Engine:
         self.spec = model.spec
         self.fps = self.cfg.fps or self.spec.fps
         self.steps = self.cfg.steps or self.spec.default_steps
-        self.pool = model.new_pool(self.cfg.max_sessions)  # type: ignore[attr-defined]
+        self.pool = model.new_pool(self.cfg.max_sessions)
         self.scheduler = make_scheduler(self.cfg, min(self.spec.max_batch, self.cfg.max_sessions))
         self.prompts = PromptCache(model)
         self.sessions: dict[str, Session] = {}
@@ -125,7 +125,7 @@ class Engine:
     async def stop(self) -> None:
         if not self._running:
             return
-        await self._call(lambda: [self._end(sid, "shutdown") for sid in list(self.sessions)])
+        await self._call(self._end_all)
         self._running = False
         self._ready = False
         self._commands.put((lambda: None, cf.Future()))  # wake the thread so it sees the flag
@@ -206,6 +206,10 @@ class Engine:
         metrics.SESSIONS_ACTIVE.set(len(self.sessions))
         if notify and self._loop is not None:
             self._loop.call_soon_threadsafe(sink.on_event, {"type": "ended", "reason": reason})
+
+    def _end_all(self) -> None:
+        for sid in list(self.sessions):
+            self._end(sid, "shutdown")
 
     def _emit(self, session_id: str, event: dict) -> None:
         sink = self.sinks.get(session_id)

@@ -26,7 +26,9 @@ def tiny_embedded(seed: int = 0) -> EmbeddedModel:
         for p in model.dit.parameters():
             p.add_(torch.randn_like(p) * 0.2)
         # An untrained decoder maps everything to mid-grey; spread it so frames differ visibly.
-        model.ae.decoder.net[-2].weight.mul_(8.0)
+        last_conv = model.ae.decoder.net[-2]
+        assert isinstance(last_conv, torch.nn.Conv2d)
+        last_conv.weight.mul_(8.0)
     return model
 
 

@@ -12,6 +12,8 @@ from typing import Protocol
 
 import torch
 
+from ..cache.kv_pool import CacheBatch, KVCachePool
+
 
 @dataclass(frozen=True)
 class ModelSpec:
@@ -82,14 +84,10 @@ class Conditioning:
     controls: torch.Tensor  # (B, F, control_dim) float32
 
 
-class CacheBatch(Protocol):
-    """The cache slots of a batch, in batch order (see streamer/cache/kv_pool.py)."""
-
-    slots: list[int]
-
-
 class CausalVideoModel(Protocol):
     spec: ModelSpec
+
+    def new_pool(self, num_slots: int) -> KVCachePool: ...
 
     def encode_prompt(self, texts: list[str]) -> list[PromptCond]: ...
 

@@ -49,6 +49,8 @@ class RoPE3D(nn.Module):
         rows = torch.arange(grid, dtype=torch.float64).repeat_interleave(grid)  # (P,)
         cols = torch.arange(grid, dtype=torch.float64).repeat(grid)
         spatial = torch.cat([rows[:, None] * freqs(s_pairs), cols[:, None] * freqs(s_pairs)], dim=-1)
+        self.spatial: torch.Tensor
+        self.time_freqs: torch.Tensor
         self.register_buffer("spatial", spatial.float(), persistent=False)  # (P, half - t_pairs)
         self.register_buffer("time_freqs", freqs(t_pairs).float(), persistent=False)  # (t_pairs,)
         self.tokens_per_frame = grid * grid
@@ -187,10 +189,13 @@ class CausalDiT(nn.Module):
             nn.init.zeros_(lin.weight)
             nn.init.zeros_(lin.bias)
 
+    def blocks_list(self) -> list[Block]:
+        return [blk for blk in self.blocks if isinstance(blk, Block)]
+
     def encode_text(self, tokens: torch.Tensor) -> dict[str, torch.Tensor]:
         """tokens (B, L) -> {"kv": (B, depth, 2, H, L, Dh), "pooled": (B, D)}: all a prompt costs."""
         feats, pooled = self.text(tokens)
-        kv = torch.stack([blk.text_kv(feats) for blk in self.blocks], dim=1)
+        kv = torch.stack([blk.text_kv(feats) for blk in self.blocks_list()], dim=1)
         return {"kv": kv, "pooled": self.pooled_proj(pooled)}
 
     def patchify(self, x: torch.Tensor) -> torch.Tensor:
@@ -228,7 +233,7 @@ class CausalDiT(nn.Module):
             + text["pooled"]  # (B, T or 1, D)
         )
         rope = self.rope.angles(ctx.frame_positions())
-        for i, blk in enumerate(self.blocks):
+        for i, blk in enumerate(self.blocks_list()):
             tokens = blk(tokens, c, text["kv"][:, :, i], rope, ctx, i)
         shift, scale = self.ada_out(F.silu(c))[:, :, None].chunk(2, dim=-1)
         out = self.patch_out(self.norm_out(tokens) * (1 + scale) + shift)

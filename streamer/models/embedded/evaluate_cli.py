@@ -64,7 +64,7 @@ def eval_game(model: EmbeddedModel, rng: np.random.Generator, n: int, chunks: in
         spec = vocab.random_spec(rng, "game")
         # Keys change at chunk boundaries (the engine applies an action from the next chunk):
         # hold a direction 3 chunks, then release 1 chunk, so every press is a fresh trial.
-        acts = []
+        acts: list[int] = []
         while len(acts) < chunks:
             acts += [int(rng.integers(1, 5))] * 3 + [0]
         scripts.append(Script([vocab.describe(spec)] * chunks, _held(acts[:chunks], f).astype(np.int64),

@@ -44,7 +44,7 @@ def rollout(model: CausalVideoModel, scripts: list[Script], steps: int | None = 
         raise ValueError("every script needs the same length, with one prompt per chunk")
     schedule = spec.schedule(steps or spec.default_steps)
     gen = torch.Generator().manual_seed(seed)
-    pool = model.new_pool(b)  # type: ignore[attr-defined]
+    pool = model.new_pool(b)
     slots = [pool.allocate() for _ in range(b)]
     prompts: dict[str, PromptCond] = {}
     out = np.empty((b, t_total, spec.height, spec.width, 3), np.uint8)
