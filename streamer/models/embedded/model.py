@@ -69,6 +69,8 @@ class EmbeddedModel:
     def load(cls, weights: Path | str | None = None, max_batch: int = 16) -> EmbeddedModel:
         """Load `<dir>/embedded.safetensors` + `<dir>/embedded.json` (default: the shipped ones)."""
         path = Path(weights) if weights is not None else WEIGHTS_DIR
+        if not path.exists():
+            raise ConfigError(f"weights not found: {path} (no such file or folder)")
         if path.is_dir():
             wfile, cfile = path / "embedded.safetensors", path / "embedded.json"
         else:

@@ -1,0 +1,70 @@
+"""Loading: the shipped weights load; bad paths and mismatches name the file and the field."""
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import save_file
+
+from streamer.engine_factory import tiny_embedded
+from streamer.models.embedded.config import ConfigError
+from streamer.models.embedded.model import WEIGHTS_DIR, EmbeddedModel
+
+
+def saved_tiny(tmp_path: Path) -> Path:
+    tiny_embedded().save(tmp_path)
+    return tmp_path
+
+
+def test_round_trip_of_saved_weights(tmp_path):
+    model = tiny_embedded()
+    model.save(tmp_path)
+    loaded = EmbeddedModel.load(tmp_path)
+    for key, value in model.state_dict().items():
+        torch.testing.assert_close(loaded.state_dict()[key], value)
+
+
+def test_missing_files_are_named(tmp_path):
+    with pytest.raises(ConfigError, match="config file not found: .*embedded.json"):
+        EmbeddedModel.load(tmp_path)
+    saved_tiny(tmp_path)
+    (tmp_path / "embedded.safetensors").unlink()
+    with pytest.raises(ConfigError, match="weights file not found: .*embedded.safetensors"):
+        EmbeddedModel.load(tmp_path)
+
+
+def test_config_field_errors_name_the_field(tmp_path):
+    saved_tiny(tmp_path)
+    cfg = json.loads((tmp_path / "embedded.json").read_text())
+    cfg["dit"]["depthh"] = 3
+    (tmp_path / "embedded.json").write_text(json.dumps(cfg))
+    with pytest.raises(ConfigError, match="unknown field 'dit.depthh'"):
+        EmbeddedModel.load(tmp_path)
+
+
+def test_shape_mismatch_names_the_key(tmp_path):
+    saved_tiny(tmp_path)
+    cfg = json.loads((tmp_path / "embedded.json").read_text())
+    cfg["dit"]["dim"] = 48  # weights were saved at 32
+    (tmp_path / "embedded.json").write_text(json.dumps(cfg))
+    with pytest.raises(ConfigError, match=r"key 'dit\..*' has shape"):
+        EmbeddedModel.load(tmp_path)
+
+
+def test_corrupt_and_incomplete_weights(tmp_path):
+    saved_tiny(tmp_path)
+    (tmp_path / "embedded.safetensors").write_bytes(b"not a safetensors file")
+    with pytest.raises(ConfigError, match="cannot read safetensors"):
+        EmbeddedModel.load(tmp_path)
+    state = tiny_embedded().state_dict()
+    state.pop("dit.patch_in.weight")
+    save_file(state, str(tmp_path / "embedded.safetensors"))
+    with pytest.raises(ConfigError, match="missing key 'dit.patch_in.weight'"):
+        EmbeddedModel.load(tmp_path)
+
+
+def test_shipped_weights_load():
+    model = EmbeddedModel.load()
+    assert model.spec.height == model.spec.width == 128
+    assert (WEIGHTS_DIR / "embedded.json").is_file()
