@@ -110,7 +110,9 @@ class StepScheduler(SchedulerBase):
 
     def _refusal(self, sessions: int, utilisation: float) -> str | None:
         reason = super()._refusal(sessions, utilisation)
-        if reason is None and utilisation > self.config.utilisation_bound:
+        # An idle server always takes its first session: refusing it serves nobody, and the
+        # overload policy then lowers its steps or frame rate until it holds.
+        if reason is None and sessions > 1 and utilisation > self.config.utilisation_bound:
             reason = (
                 f"predicted utilisation {utilisation:.2f} > bound {self.config.utilisation_bound:.2f}"
                 f" with {sessions} sessions"

@@ -62,8 +62,11 @@ def _commit(engine: Engine, sessions: list[Session]) -> list[tuple[Session, np.n
             raise RuntimeError(f"session {s.id}: commit planned before its chunk was denoised")
         works.append(s.work)
     x0 = torch.stack([w.x0 for w in works if w.x0 is not None])
-    engine.model.commit(x0, _cond(engine, works), engine.pool.batch([s.slot for s in sessions], commit=True))
+    # Decode before commit: commit is the call that changes state (it appends the chunk to each
+    # slot's history), so it must come last. A failed batch is re-run item by item, and a decode
+    # failing after the commit would append every session's chunk to its cache twice.
     frames = engine.model.decode(x0).numpy()  # (B, F, H, W, 3)
+    engine.model.commit(x0, _cond(engine, works), engine.pool.batch([s.slot for s in sessions], commit=True))
     for s in sessions:
         s.finish_chunk()
     return [(s, frames[i]) for i, s in enumerate(sessions)]

@@ -25,6 +25,12 @@ def _serve_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--fps", type=float, help="playback rate (default: the model's)")
     p.add_argument("--steps", type=int, help="denoising steps per chunk (default: the model's)")
     p.add_argument("--max-sessions", type=int, help="admission limit (default: from capacity)")
+    p.add_argument("--scheduler", choices=["deadline", "serial"], default="deadline",
+                   help="batched deadline scheduler, or the one-stream-at-a-time baseline")  # fmt: skip
+    p.add_argument("--utilisation-bound", type=float,
+                   help="admit while predicted utilisation stays at or below this (default 0.85)")  # fmt: skip
+    p.add_argument("--no-degrade", dest="degrade", action="store_false",
+                   help="never cut steps or fps under overload (capacity sweeps at full quality)")  # fmt: skip
     p.add_argument("--codec", choices=["h264", "vp8"], default="h264", help="default WebRTC codec")
     p.add_argument("--bitrate", type=int, default=1_000_000, help="WebRTC start bitrate, bits/s")
     p.add_argument("--max-bitrate", type=int, default=3_000_000, help="WebRTC bitrate cap, bits/s")
@@ -54,7 +60,11 @@ def serve_command(args: argparse.Namespace) -> int:
     logging.basicConfig(
         level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
-    engine = build_engine(args)
+    try:
+        engine = build_engine(args)
+    except (ValueError, OSError) as exc:  # ConfigError is a ValueError: bad weights, config or model name
+        print(f"streamer serve: error: {exc}", file=sys.stderr)
+        return 2
     settings = ServerSettings(
         video_codec=args.codec, video_bitrate=args.bitrate, video_max_bitrate=args.max_bitrate
     )

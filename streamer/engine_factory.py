@@ -11,7 +11,7 @@ from .engine import Engine, EngineConfig
 from .models.embedded.config import AutoencoderConfig, DiTConfig, EmbeddedConfig
 from .models.embedded.model import EmbeddedModel
 
-MODELS = ("embedded",)
+MODELS = ("embedded", "wan-causal")
 
 
 def tiny_embedded(seed: int = 0) -> EmbeddedModel:
@@ -39,15 +39,32 @@ def build_model(name: str, config: str | None, weights: str | None):
         if config is not None:
             raise ValueError(f"--config for the embedded model must be 'tiny-random', got {config!r}")
         return EmbeddedModel.load(Path(weights) if weights else None)
+    if name == "wan-causal":
+        # Guarded: needs the `wan` extra (diffusers, transformers); its ImportError says so.
+        from .models.wan import WanCausalModel, tiny_random
+
+        if config == "tiny-random":
+            return tiny_random()
+        if config is not None:
+            raise ValueError(f"--config for wan-causal must be 'tiny-random', got {config!r}")
+        if not weights:
+            raise ValueError("--model wan-causal needs --weights FOLDER (a local checkpoint folder) "
+                             "or --config tiny-random")
+        return WanCausalModel.load(weights)
     raise ValueError(f"unknown model {name!r}; choose from {MODELS}")
 
 
 def build_engine(args: argparse.Namespace) -> Engine:
     model = build_model(args.model, getattr(args, "config", None), getattr(args, "weights", None))
+    bound = getattr(args, "utilisation_bound", None)
     cfg = EngineConfig(
         max_sessions=args.max_sessions or 8,
         steps=args.steps,
         fps=args.fps,
         scheduler=getattr(args, "scheduler", None) or "deadline",
+        utilisation_bound=EngineConfig.utilisation_bound if bound is None else bound,
+        degrade=getattr(args, "degrade", True),
+        # Few-step distilled Wan checkpoints (Self-Forcing, CausVid) sample by re-noising x0.
+        sampler="renoise" if args.model == "wan-causal" else "euler",
     )
     return Engine(model, cfg)

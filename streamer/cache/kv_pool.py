@@ -18,7 +18,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
+
+import kernels
 
 
 class PoolFull(RuntimeError):
@@ -53,6 +54,9 @@ class KVCachePool:
         self.k = torch.zeros(shape, dtype=dtype, device=device)
         self.v = torch.zeros(shape, dtype=dtype, device=device)
         self.frames = [0] * num_slots  # committed frames held by each slot
+        # Bumped on release/reset: per-slot side caches (streamer/cache/step_cache.py) compare
+        # it to drop state left by the slot's previous session.
+        self.generation = [0] * num_slots
         self._free = list(range(num_slots - 1, -1, -1))
         self._used: set[int] = set()
 
@@ -86,11 +90,13 @@ class KVCachePool:
             raise KeyError(f"cache slot {slot} is not allocated")
         self._used.remove(slot)
         self.frames[slot] = 0
+        self.generation[slot] += 1
         self._free.append(slot)
 
     def reset(self, slot: int) -> None:
         """Forget a slot's history (a new seed, or a cut to an unrelated scene)."""
         self.frames[slot] = 0
+        self.generation[slot] += 1
 
     def batch(self, slots: list[int], *, commit: bool = False) -> CacheBatch:
         for s in slots:
@@ -110,6 +116,9 @@ class CacheBatch:
         self.pool, self.slots, self.commit = pool, slots, commit
         self.frames_per_chunk = pool.layout.frames_per_chunk
 
+    def subset(self, rows: list[int]) -> CacheBatch:
+        return CacheBatch(self.pool, [self.slots[i] for i in rows], self.commit)
+
     def frame_positions(self) -> torch.Tensor:
         f = self.frames_per_chunk
         starts = torch.tensor([self.pool.frames[s] for s in self.slots])
@@ -118,16 +127,16 @@ class CacheBatch:
     def attend(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         """q, k, v (B, H, F*P, Dh) for the chunk -> attention over [history, chunk]."""
         pool, n_tok = self.pool, k.shape[2]
-        out = torch.empty_like(q)
+        kc, vc = pool.k[layer], pool.v[layer]  # (slots, H, max_tokens, Dh)
+        lengths = []
         for i, slot in enumerate(self.slots):
             start = pool.frames[slot] * pool.layout.tokens_per_frame
-            end = start + n_tok
-            kc, vc = pool.k[layer, slot], pool.v[layer, slot]  # (H, max_tokens, Dh)
-            kc[:, start:end] = k[i]
-            vc[:, start:end] = v[i]
-            # 4-D inputs: with 3-D ones torch's CPU dispatch falls back to the math kernel.
-            out[i : i + 1] = F.scaled_dot_product_attention(q[i : i + 1], kc[None, :, :end], vc[None, :, :end])
-        return out
+            kc[slot, :, start : start + n_tok] = k[i]
+            vc[slot, :, start : start + n_tok] = v[i]
+            lengths.append(start + n_tok)
+        # Variable-length attention straight from the pool's layout (kernels/: Triton on CUDA,
+        # a per-sample SDPA loop over views elsewhere); no gather, no padding.
+        return kernels.chunk_attention(q, kc, vc, slots=self.slots, lengths=lengths)
 
     def finish(self, rotate_back: Callable[[torch.Tensor, int], torch.Tensor]) -> None:
         """After a commit pass: keep the chunk, rolling the window if the slot is full.

@@ -63,20 +63,23 @@ class PeerSession:
         Raises `SdpError` (nothing opened) or `events.Refused` (the peer connection is closed).
         """
         sdp = check_offer(offer_sdp)
+        self.codec, prefs = codec_preferences(sdp, codec or self.ctx.settings.video_codec)
+        # aiortc fixes an answer's codecs in setRemoteDescription: preferences set afterwards are
+        # ignored (the offer's order wins), so the transceiver is made and preferred first; the
+        # offer's video m-line then binds to it.
+        self.pc.addTransceiver("video", direction="sendonly").setCodecPreferences(prefs)
         try:
             await self.pc.setRemoteDescription(RTCSessionDescription(sdp=sdp, type="offer"))
         except Exception as exc:  # aiortc raises ValueError, AssertionError, KeyError... on bad SDP
             raise SdpError(f"aiortc rejected the offer: {type(exc).__name__}: {exc}") from None
-        video = next((t for t in self.pc.getTransceivers() if t.kind == "video"), None)
+        video = next((t for t in self.pc.getTransceivers() if t.kind == "video" and t.mid is not None), None)
         if video is None:
             raise SdpError("the offer has no video m-line")
-        self.codec, prefs = codec_preferences(sdp, codec or self.ctx.settings.video_codec)
         self.session = await self.ctx.registry.open(start, self, "webrtc")
         h = self.session.handle
         self.track = ChunkVideoTrack(h.fps, h.frames_per_chunk, self._on_chunk_started)
         video.sender.replaceTrack(self.track)
         video.direction = "sendonly"
-        video.setCodecPreferences(prefs)
         self.control = ControlChannel(self.ctx.registry, "webrtc", self.on_event, session=self.session)
         answer = await self.pc.createAnswer()
         await self.pc.setLocalDescription(answer)

@@ -21,8 +21,8 @@ def test_round_trip_of_saved_weights(tmp_path):
     model = tiny_embedded()
     model.save(tmp_path)
     loaded = EmbeddedModel.load(tmp_path)
-    for key, value in model.state_dict().items():
-        torch.testing.assert_close(loaded.state_dict()[key], value)
+    for key, value in model.state_dict().items():  # shipped in fp16, loaded back to fp32
+        torch.testing.assert_close(loaded.state_dict()[key], value, atol=1e-3, rtol=1e-3)
 
 
 def test_missing_files_are_named(tmp_path):

@@ -100,3 +100,14 @@ def test_serial_baseline_admits_everyone_up_to_the_session_limit() -> None:
     assert all(a.admitted for a in answers[:6])
     assert answers[5].utilisation > 1.0  # one stream at a time cannot keep up, but it admits
     assert answers[6].reason == "session limit: 7 sessions > max_sessions 6"
+
+
+def test_an_idle_scheduler_always_admits_its_first_session() -> None:
+    # 0.2 s per step: one 12 fps session alone needs utilisation 6, far over the bound.
+    sched = StepScheduler(SchedulerConfig(), calibrated(0.2, 0.0))
+    first = sched.add_session(spec("a"), 0.0)
+    assert first.admitted and first.utilisation > 1.0
+    second = sched.add_session(spec("b"), 0.0)
+    assert not second.admitted and "> bound" in second.reason
+    sched.remove_session("a", 1.0)
+    assert sched.add_session(spec("b"), 1.0).admitted  # idle again

@@ -27,6 +27,10 @@ async def test_webrtc_frames_and_data_channel_control(server, codec):
     stream = await connect(server.url, "webrtc", prompt="red ball", codec=codec)
     try:
         assert stream.session["codec"] == codec and stream.session["token"]
+        # The answer must really put that codec first (aiortc's client offers VP8 first).
+        video = stream.pc.remoteDescription.sdp.split("m=video", 1)[1]
+        first_pt = video.split("\r\n", 1)[0].split()[2]
+        assert f"a=rtpmap:{first_pt} {'H264' if codec == 'h264' else 'VP8'}/90000" in video
         frame = await next_frame(stream)
         assert frame.image.shape == (64, 64, 3)
         assert colour_close(frame.image, prompt_colour("red ball"))

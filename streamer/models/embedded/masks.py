@@ -29,6 +29,11 @@ class MaskedContext:
     def frame_positions(self) -> torch.Tensor:
         return self.positions
 
+    def subset(self, rows: list[int]) -> MaskedContext:
+        sub = MaskedContext.__new__(MaskedContext)
+        sub.positions, sub.mask = self.positions[rows], self.mask
+        return sub
+
     def attend(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         return F.scaled_dot_product_attention(q, k, v, attn_mask=self.mask)
 

@@ -14,11 +14,12 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from ...cache.kv_pool import CacheBatch, KVCachePool, PoolLayout
+from ...cache.step_cache import FirstBlockCache
 from ..base import Conditioning, ModelSpec, PromptCond
 from . import vocab
 from .autoencoder import Autoencoder, to_uint8
 from .config import ConfigError, EmbeddedConfig
-from .dit import CausalDiT, rotate
+from .dit import BlockRunner, CausalDiT, rotate
 
 WEIGHTS_DIR = Path(__file__).parent / "weights"
 BOS = len(vocab.WORDS) + 1  # token ids: 0 padding, 1..len(WORDS) words, then BOS
@@ -58,6 +59,9 @@ class EmbeddedModel:
             control_dim=d.control_dim,
             max_batch=max_batch,
         )
+        # Acceleration switches (streamer/cache/; measured in benchmarks/caching.py, off by default).
+        self.step_cache: FirstBlockCache | None = None
+        self.commit_reuse = False
         self.layout = PoolLayout(
             layers=d.depth, heads=d.heads, head_dim=d.head_dim, tokens_per_frame=d.tokens_per_frame,
             sink_frames=cfg.sink_frames, window_frames=cfg.window_frames,
@@ -105,12 +109,15 @@ class EmbeddedModel:
                     f"{source}: key '{key}' has shape {tuple(state[key].shape)}, "
                     f"config expects {tuple(value.shape)}"
                 )
+        state = {k: v.to(expected[k].dtype) for k, v in state.items()}
         self.ae.load_state_dict({k[3:]: v for k, v in state.items() if k.startswith("ae.")})
         self.dit.load_state_dict({k[4:]: v for k, v in state.items() if k.startswith("dit.")})
 
-    def save(self, directory: Path) -> None:
+    def save(self, directory: Path, dtype: torch.dtype = torch.float16) -> None:
+        """Weights are shipped in fp16 (half the bytes; the model computes in fp32)."""
         directory.mkdir(parents=True, exist_ok=True)
-        save_file(self.state_dict(), str(directory / "embedded.safetensors"))
+        state = {k: v.to(dtype) if v.is_floating_point() else v for k, v in self.state_dict().items()}
+        save_file(state, str(directory / "embedded.safetensors"))
         self.cfg.save(directory / "embedded.json")
 
     # -- the model contract -------------------------------------------------------------------
@@ -132,23 +139,32 @@ class EmbeddedModel:
         pooled = torch.stack([p.tensors["pooled"] for p in prompts])  # (B, D)
         return {"kv": kv[:, None], "pooled": pooled[:, None]}
 
-    def _forward(self, x: torch.Tensor, t: torch.Tensor, cond: Conditioning, cache: CacheBatch) -> torch.Tensor:
+    def _forward(self, x: torch.Tensor, t: torch.Tensor, cond: Conditioning, cache: CacheBatch,
+                 runner: BlockRunner | None = None) -> torch.Tensor:
         b, f = x.shape[:2]
         frame_t = t.float()[:, None].expand(b, f)
-        return self.dit(x, frame_t, self._text(cond.prompts), cond.actions, cond.controls, cache)
+        return self.dit(x, frame_t, self._text(cond.prompts), cond.actions, cond.controls, cache, runner)
 
     @torch.no_grad()
     def denoise(self, x: torch.Tensor, t: torch.Tensor, cond: Conditioning, cache: CacheBatch) -> torch.Tensor:
         """x (B, F, C, h, w) at times t (B,) -> x0 estimate (B, F, C, h, w)."""
-        v = self._forward(x, t, cond, cache)
+        runner = None
+        if self.step_cache is not None and x.device.type == "cpu":
+            runner = self.step_cache.runner(cache.slots)
+        v = self._forward(x, t, cond, cache, runner)
         return x - t.view(-1, 1, 1, 1, 1).to(x.dtype) * v
 
     @torch.no_grad()
     def commit(self, x0: torch.Tensor, cond: Conditioning, cache: CacheBatch) -> None:
-        """Run the finished chunk at t = 0 so its clean keys/values enter the cache."""
+        """Run the finished chunk at t = 0 so its clean keys/values enter the cache.
+
+        With `commit_reuse` the clean pass is skipped and the keys/values the last denoising
+        step left in the scratch frames are kept instead (cheaper, slightly noisier context).
+        """
         if not cache.commit:
             raise ValueError("commit() needs a cache batch made with commit=True")
-        self._forward(x0, torch.zeros(x0.shape[0]), cond, cache)
+        if not self.commit_reuse:
+            self._forward(x0, torch.zeros(x0.shape[0]), cond, cache)
         rope = self.dit.rope
 
         def rotate_back(keys: torch.Tensor, frames: int) -> torch.Tensor:

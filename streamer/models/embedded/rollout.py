@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from ...cache.kv_pool import KVCachePool
 from ...sampling import next_latent
 from ..base import CausalVideoModel, Conditioning, PromptCond
 
@@ -36,7 +37,19 @@ class RolloutResult:
 
 @torch.no_grad()
 def rollout(model: CausalVideoModel, scripts: list[Script], steps: int | None = None, seed: int = 0,
-            sampler: str = "euler") -> RolloutResult:
+            sampler: str = "euler", pool: KVCachePool | None = None) -> RolloutResult:
+    """Generate every script's frames; `pool` (default: a fresh one) lends the cache slots."""
+    pool = pool if pool is not None else model.new_pool(len(scripts))
+    slots = [pool.allocate() for _ in scripts]
+    try:
+        return _rollout(model, scripts, steps, seed, sampler, pool, slots)
+    finally:
+        for s in slots:
+            pool.release(s)
+
+
+def _rollout(model: CausalVideoModel, scripts: list[Script], steps: int | None, seed: int, sampler: str,
+             pool: KVCachePool, slots: list[int]) -> RolloutResult:
     spec = model.spec
     f, b = spec.frames_per_chunk, len(scripts)
     t_total = scripts[0].frames
@@ -44,8 +57,6 @@ def rollout(model: CausalVideoModel, scripts: list[Script], steps: int | None = 
         raise ValueError("every script needs the same length, with one prompt per chunk")
     schedule = spec.schedule(steps or spec.default_steps)
     gen = torch.Generator().manual_seed(seed)
-    pool = model.new_pool(b)
-    slots = [pool.allocate() for _ in range(b)]
     prompts: dict[str, PromptCond] = {}
     out = np.empty((b, t_total, spec.height, spec.width, 3), np.uint8)
     start = time.perf_counter()
