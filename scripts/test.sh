@@ -3,7 +3,7 @@
 # runs the whole test suite. This is exactly what CI runs (.ci/run).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup.sh test,triton
+bash scripts/setup.sh test,triton,wan
 if ! command -v chromium >/dev/null 2>&1; then
   if command -v apt-get >/dev/null 2>&1; then
     (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) \
