@@ -18,6 +18,8 @@ from ..cache.kv_pool import CacheBatch, KVCachePool
 @dataclass(frozen=True)
 class ModelSpec:
     name: str
+    # Video frames a chunk decodes to (what the scheduler and clients count). It can differ from
+    # latent_shape[0]: Wan's VAE decodes each latent frame to 4 video frames.
     frames_per_chunk: int
     height: int
     width: int
@@ -25,7 +27,7 @@ class ModelSpec:
     latent_shape: tuple[int, int, int, int]  # per chunk: (F, C, h, w)
     default_steps: int
     timesteps: tuple[float, ...]  # default descending schedule in (0, 1], len == default_steps
-    sink_frames: int
+    sink_frames: int  # in video frames, like frames_per_chunk
     window_frames: int
     conditioning: tuple[str, ...]  # subset of ("text", "action", "control")
     num_actions: int
