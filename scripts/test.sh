@@ -12,4 +12,6 @@ if ! command -v chromium >/dev/null 2>&1; then
 fi
 .venv/bin/python -m ruff check streamer scheduler kernels tests benchmarks
 .venv/bin/python -m mypy scheduler streamer
+# Triton fixes interpreter-or-compiled at import; the kernel tests run it on this CPU.
+export TRITON_INTERPRET=1
 exec .venv/bin/python -m pytest -q "$@"

@@ -147,14 +147,14 @@ def _stop_server(server: Server) -> None:
         server.process.wait()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def artifacts(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = Path(os.environ.get("STREAMER_ARTIFACTS_DIR") or tmp_path_factory.getbasetemp() / "artifacts")
     path.mkdir(parents=True, exist_ok=True)
     return path
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def measurements(artifacts: Path) -> Iterator[dict]:
     """Figures the tests measured (time to first frame...), written to measurements.json."""
     figures: dict = {}
@@ -162,7 +162,7 @@ def measurements(artifacts: Path) -> Iterator[dict]:
     (artifacts / "measurements.json").write_text(json.dumps(figures, indent=2, sort_keys=True))
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def _tiny_server(artifacts: Path) -> Iterator[Server]:
     # Admission by session count only: on a busy machine the predicted utilisation of even one
     # stream can pass the default bound, and these tests check the page, not admission control.
@@ -180,7 +180,7 @@ def tiny_server(_tiny_server: Server) -> Server:
     return _tiny_server
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def model_server(artifacts: Path) -> Iterator[Server]:
     external = os.environ.get("STREAMER_BROWSER_MODEL_URL")
     if external:  # a server started elsewhere (another model, a GPU machine); left running
@@ -191,7 +191,7 @@ def model_server(artifacts: Path) -> Iterator[Server]:
     _stop_server(server)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def browser() -> Iterator[Browser]:
     with sync_playwright() as pw:
         b = pw.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS, headless=True)
