@@ -218,8 +218,16 @@ class Engine:
 
     # -- the model thread ------------------------------------------------------------------------
     def _drain_commands(self, timeout: float | None) -> None:
+        """Run every queued command; wait up to `timeout` for the first (0: do not wait).
+
+        A timeout of 0 must still drain: it is the call between model steps, and under sustained
+        load it is the only one, so skipping it would starve controls, closes and new sessions.
+        """
         try:
-            item = self._commands.get(timeout=timeout) if timeout is None or timeout > 0 else None
+            if timeout is None or timeout > 0:
+                item = self._commands.get(timeout=timeout)
+            else:
+                item = self._commands.get_nowait()
         except queue.Empty:
             return
         while item is not None:

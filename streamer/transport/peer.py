@@ -191,6 +191,10 @@ class PeerSession:
             self._consumer.cancel()
         await asyncio.sleep(0.05)  # let the data channel flush `ended`
         await self.pc.close()
+        # Pending helpers (the connect watchdog sleeps 15 s) would keep this peer alive.
+        for task in list(self._tasks):
+            if task is not asyncio.current_task():
+                task.cancel()
 
     def _spawn(self, coro) -> asyncio.Task:
         task = asyncio.create_task(coro)
