@@ -3,57 +3,20 @@ take effect from the next chunk, failures stay inside their own session."""
 
 from __future__ import annotations
 
-import asyncio
-
 import numpy as np
 import pytest
 
 from streamer.engine import Engine, EngineConfig
 from streamer.engine_factory import tiny_embedded
-from streamer.events import Chunk, ControlError, Refused
+from streamer.events import ControlError, Refused
 from streamer.protocol import PauseMessage, PromptMessage, ResumeMessage, StartMessage
-
-
-class Collector:
-    def __init__(self) -> None:
-        self.chunks: list[Chunk] = []
-        self.events: list[dict] = []
-        self.changed = asyncio.Event()
-
-    def on_chunk(self, chunk: Chunk) -> None:
-        self.chunks.append(chunk)
-        self.changed.set()
-
-    def on_event(self, event: dict) -> None:
-        self.events.append(event)
-        self.changed.set()
-
-    async def wait_chunks(self, n: int, limit_s: float = 60.0) -> None:
-        async def loop() -> None:
-            while len(self.chunks) < n and not any(e["type"] in ("ended", "error") for e in self.events):
-                self.changed.clear()
-                await self.changed.wait()
-
-        await asyncio.wait_for(loop(), limit_s)
+from tests.engine_helpers import Collector, run_sessions
 
 
 def make_engine(**kw) -> Engine:
     cfg = dict(max_sessions=4, fps=8.0, degrade=False, calibrate=True)
     cfg.update(kw)
     return Engine(tiny_embedded(), EngineConfig(**cfg))
-
-
-async def run_sessions(engine: Engine, starts: list[StartMessage], chunks: int) -> list[Collector]:
-    await engine.start()
-    try:
-        sinks = [Collector() for _ in starts]
-        for s, sink in zip(starts, sinks, strict=True):
-            await engine.open_session(s, sink)
-        for sink in sinks:
-            await sink.wait_chunks(chunks)
-        return sinks
-    finally:
-        await engine.stop()
 
 
 def frames_of(sink: Collector, n: int) -> np.ndarray:

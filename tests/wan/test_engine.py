@@ -16,7 +16,8 @@ from streamer.client import connect  # noqa: E402
 from streamer.engine import Engine, EngineConfig  # noqa: E402
 from streamer.engine_factory import build_engine  # noqa: E402
 from streamer.protocol import PromptMessage, StartMessage  # noqa: E402
-from tests.test_engine import Collector, frames_of  # noqa: E402
+from tests.engine_helpers import Collector, run_sessions  # noqa: E402
+from tests.test_engine import frames_of  # noqa: E402
 from tests.transport.conftest import start_server  # noqa: E402, F401 - fixture
 from tests.wan.helpers import tiny  # noqa: E402
 
@@ -29,26 +30,13 @@ def make_engine(**kw) -> Engine:
     return Engine(tiny(), EngineConfig(**cfg))
 
 
-async def run_sessions(engine: Engine, starts: list[StartMessage], chunks: int) -> list[Collector]:
-    await engine.start()
-    try:
-        sinks = [Collector() for _ in starts]
-        for s, sink in zip(starts, sinks, strict=True):
-            await engine.open_session(s, sink)
-        for sink in sinks:
-            await sink.wait_chunks(chunks, 120)
-        return sinks
-    finally:
-        await engine.stop()
-
-
 async def test_batched_sessions_equal_sessions_alone():
     starts = [StartMessage(prompt="a red fox running through snow", seed=1),
               StartMessage(prompt="a city street at night", seed=2)]
-    together = await run_sessions(make_engine(), starts, 3)
+    together = await run_sessions(make_engine(), starts, 3, limit_s=120)
     assert all(c.frames.shape == (12, 32, 48, 3) for s in together for c in s.chunks)
     for i, start in enumerate(starts):
-        alone = await run_sessions(make_engine(), [start], 3)
+        alone = await run_sessions(make_engine(), [start], 3, limit_s=120)
         diff = np.abs(frames_of(together[i], 3) - frames_of(alone[0], 3))
         assert diff.max() <= 2, f"session {i} differs by {diff.max()} levels when batched"
     assert np.abs(frames_of(together[0], 3) - frames_of(together[1], 3)).max() > 10
