@@ -223,6 +223,7 @@ class Engine:
         A timeout of 0 must still drain: it is the call between model steps, and under sustained
         load it is the only one, so skipping it would starve controls, closes and new sessions.
         """
+        item: tuple[Callable[[], Any], cf.Future] | None
         try:
             if timeout is None or timeout > 0:
                 item = self._commands.get(timeout=timeout)
