@@ -88,7 +88,6 @@ class Engine:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._running = False
         self._ready = False
-        self.batch_log: list[dict[str, float]] = []  # observability: last batches, for benchmarks
         self.calibration: dict[tuple[str, int], float] = {}
 
     # -- lifecycle ------------------------------------------------------------------------------
@@ -281,9 +280,6 @@ class Engine:
             self._end(sid, "error")
         metrics.BATCH_SIZE.observe(len(plan.items))
         metrics.STEP_SECONDS.observe(elapsed)
-        self.batch_log.append({"kind": 0.0 if plan.kind == "denoise" else 1.0, "size": len(plan.items),
-                               "seconds": elapsed})
-        del self.batch_log[:-1000]
         by_id = {d.session_id: d for d in done}
         for session, frames in finished:
             d = by_id.get(session.id)

@@ -115,28 +115,29 @@ class CacheBatch:
     def __init__(self, pool: KVCachePool, slots: list[int], commit: bool):
         self.pool, self.slots, self.commit = pool, slots, commit
         self.frames_per_chunk = pool.layout.frames_per_chunk
+        # History length of each sample, fixed for the whole model call (only finish() moves it):
+        # read once here rather than in every layer's attend().
+        self.history = [pool.frames[s] for s in slots]
+        p = pool.layout.tokens_per_frame
+        self._starts = [n * p for n in self.history]
+        self._lengths = [start + self.frames_per_chunk * p for start in self._starts]
 
     def subset(self, rows: list[int]) -> CacheBatch:
         return CacheBatch(self.pool, [self.slots[i] for i in rows], self.commit)
 
     def frame_positions(self) -> torch.Tensor:
-        f = self.frames_per_chunk
-        starts = torch.tensor([self.pool.frames[s] for s in self.slots])
-        return starts[:, None] + torch.arange(f)[None, :]  # (B, F)
+        starts = torch.tensor(self.history)
+        return starts[:, None] + torch.arange(self.frames_per_chunk)[None, :]  # (B, F)
 
     def attend(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         """q, k, v (B, H, F*P, Dh) for the chunk -> attention over [history, chunk]."""
-        pool, n_tok = self.pool, k.shape[2]
-        kc, vc = pool.k[layer], pool.v[layer]  # (slots, H, max_tokens, Dh)
-        lengths = []
-        for i, slot in enumerate(self.slots):
-            start = pool.frames[slot] * pool.layout.tokens_per_frame
-            kc[slot, :, start : start + n_tok] = k[i]
-            vc[slot, :, start : start + n_tok] = v[i]
-            lengths.append(start + n_tok)
+        kc, vc = self.pool.k[layer], self.pool.v[layer]  # (slots, H, max_tokens, Dh)
+        for i, (slot, start, end) in enumerate(zip(self.slots, self._starts, self._lengths, strict=True)):
+            kc[slot, :, start:end] = k[i]
+            vc[slot, :, start:end] = v[i]
         # Variable-length attention straight from the pool's layout (kernels/: Triton on CUDA,
         # a per-sample SDPA loop over views elsewhere); no gather, no padding.
-        return kernels.chunk_attention(q, kc, vc, slots=self.slots, lengths=lengths)
+        return kernels.chunk_attention(q, kc, vc, slots=self.slots, lengths=self._lengths)
 
     def finish(self, rotate_back: Callable[[torch.Tensor, int], torch.Tensor]) -> None:
         """After a commit pass: keep the chunk, rolling the window if the slot is full.

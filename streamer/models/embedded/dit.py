@@ -191,7 +191,8 @@ class CausalDiT(nn.Module):
         self.control_mlp = nn.Sequential(nn.Linear(cfg.control_dim, d), nn.SiLU(), nn.Linear(d, d))
         self.pooled_proj = nn.Linear(d, d)
         self.rope = RoPE3D(cfg.head_dim, cfg.latent_size // cfg.patch, cfg.max_frames)
-        self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.depth))
+        self._blocks = [Block(cfg) for _ in range(cfg.depth)]
+        self.blocks = nn.ModuleList(self._blocks)
         self.ada_out = nn.Linear(d, 2 * d)
         self.patch_out = nn.Linear(d, pd)
         for lin in (self.ada_out, self.patch_out):
@@ -199,7 +200,8 @@ class CausalDiT(nn.Module):
             nn.init.zeros_(lin.bias)
 
     def blocks_list(self) -> list[Block]:
-        return [blk for blk in self.blocks if isinstance(blk, Block)]
+        """The blocks, typed (ModuleList items are plain Modules to mypy)."""
+        return self._blocks
 
     def encode_text(self, tokens: torch.Tensor) -> dict[str, torch.Tensor]:
         """tokens (B, L) -> {"kv": (B, depth, 2, H, L, Dh), "pooled": (B, D)}: all a prompt costs."""

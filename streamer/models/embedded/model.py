@@ -16,6 +16,7 @@ from safetensors.torch import load_file, save_file
 from ...cache.kv_pool import CacheBatch, KVCachePool, PoolLayout
 from ...cache.step_cache import FirstBlockCache
 from ..base import Conditioning, ModelSpec, PromptCond
+from ..checkpoint import check_state_dict
 from . import vocab
 from .autoencoder import Autoencoder, to_uint8
 from .config import ConfigError, EmbeddedConfig
@@ -97,18 +98,7 @@ class EmbeddedModel:
 
     def load_state(self, state: dict[str, torch.Tensor], source: str) -> None:
         expected = self.state_dict()
-        missing = sorted(set(expected) - set(state))
-        unexpected = sorted(set(state) - set(expected))
-        if missing:
-            raise ConfigError(f"{source}: missing key '{missing[0]}' ({len(missing)} missing)")
-        if unexpected:
-            raise ConfigError(f"{source}: unexpected key '{unexpected[0]}' ({len(unexpected)} unexpected)")
-        for key, value in expected.items():
-            if state[key].shape != value.shape:
-                raise ConfigError(
-                    f"{source}: key '{key}' has shape {tuple(state[key].shape)}, "
-                    f"config expects {tuple(value.shape)}"
-                )
+        check_state_dict(expected, state, source, ConfigError)
         state = {k: v.to(expected[k].dtype) for k, v in state.items()}
         self.ae.load_state_dict({k[3:]: v for k, v in state.items() if k.startswith("ae.")})
         self.dit.load_state_dict({k[4:]: v for k, v in state.items() if k.startswith("dit.")})

@@ -27,6 +27,7 @@ from diffusers import AutoencoderKLWan, WanTransformer3DModel
 from diffusers.models.transformers.transformer_wan import WanRotaryPosEmbed
 from safetensors.torch import load_file
 
+from ..checkpoint import check_state_dict
 from .config import CausalConfig, WanLoadError
 from .convert import is_original_layout, to_diffusers, unwrap
 from .text import PromptEncoder
@@ -112,16 +113,7 @@ def load_checked(cls: Any, config: dict, state: dict[str, torch.Tensor], source:
         raise WanLoadError(f"{source}: config does not build a {cls.__name__} ({exc})") from exc
     expected = model.state_dict()
     state = {k: v for k, v in state.items() if not any(s in k for s in ignore_unexpected)}
-    missing = sorted(set(expected) - set(state))
-    unexpected = sorted(set(state) - set(expected))
-    if missing:
-        raise WanLoadError(f"{source}: missing key '{missing[0]}' ({len(missing)} missing)")
-    if unexpected:
-        raise WanLoadError(f"{source}: unexpected key '{unexpected[0]}' ({len(unexpected)} unexpected)")
-    for key, value in expected.items():
-        if state[key].shape != value.shape:
-            raise WanLoadError(f"{source}: key '{key}' has shape {tuple(state[key].shape)}, its config "
-                               f"expects {tuple(value.shape)}")
+    check_state_dict(expected, state, source, WanLoadError)
     model.load_state_dict(state, assign=True)
     return model
 
