@@ -13,7 +13,6 @@ quantisation) minus the technique's PSNR against the exact path: identical frame
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import sys
 from pathlib import Path
@@ -23,6 +22,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchmarks.common import RESULTS, emit_result  # noqa: E402
 from streamer.cache.kv_pool import KVCachePool  # noqa: E402
 from streamer.cache.step_cache import FirstBlockCache  # noqa: E402
 from streamer.models.embedded import evaluate as ev  # noqa: E402
@@ -30,7 +30,6 @@ from streamer.models.embedded.evaluate_cli import story_scripts  # noqa: E402
 from streamer.models.embedded.model import EmbeddedModel  # noqa: E402
 from streamer.models.embedded.rollout import rollout  # noqa: E402
 
-RESULTS = Path(__file__).resolve().parent / "results"
 QUANT_PSNR = 10 * math.log10(255.0**2 * 12)  # uniform rounding error has variance 1/12
 
 
@@ -93,10 +92,7 @@ def main() -> int:
         "threads": torch.get_num_threads(),
         "psnr_loss_reference_db": QUANT_PSNR,
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(out, indent=2) + "\n")
-    if args.json:
-        print(json.dumps(out))
+    emit_result(out, args.out, args.json)
     return 0
 
 

@@ -7,6 +7,7 @@ a 2-core machine every cycle it spends is taken from the server it measures.
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import signal
@@ -124,3 +125,12 @@ def slope_per_minute(times_s: Sequence[float], values: Sequence[float]) -> float
     if len(times_s) < 3 or np.ptp(times_s) <= 0:
         return None
     return round(float(np.polyfit(np.asarray(times_s) / 60.0, np.asarray(values, float), 1)[0]), 4)
+
+
+def emit_result(result: dict, out: Path | None, print_json: bool) -> None:
+    """Write a benchmark's result to `out` (if any) and print it as the last stdout line if asked."""
+    if out is not None:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(result, indent=2) + "\n")
+    if print_json:
+        print(json.dumps(result))

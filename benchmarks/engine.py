@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import platform
 import sys
 import time
@@ -25,14 +24,13 @@ from torch.utils.flop_counter import FlopCounterMode
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchmarks.common import RESULTS, emit_result  # noqa: E402
 from streamer.engine import Engine, EngineConfig  # noqa: E402
 from streamer.engine_factory import build_model  # noqa: E402
 from streamer.events import Chunk, Refused  # noqa: E402
 from streamer.models.base import Conditioning  # noqa: E402
 from streamer.models.embedded import vocab  # noqa: E402
 from streamer.protocol import StartMessage  # noqa: E402
-
-RESULTS = Path(__file__).resolve().parent / "results"
 
 
 def matmul_peak_gflops(n: int = 1024, seconds: float = 2.0) -> float:
@@ -162,11 +160,7 @@ def main() -> int:
             "aggregate_fps_batched_over_baseline": b["aggregate_fps"] / max(s["aggregate_fps"], 1e-9),
         }
     out = args.out or (None if args.quick else RESULTS / "engine.json")
-    if out:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps(result, indent=2) + "\n")
-    if args.json:
-        print(json.dumps(result))
+    emit_result(result, out, args.json)
     return 0
 
 

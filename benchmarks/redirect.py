@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import sys
 from pathlib import Path
 
@@ -21,6 +20,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchmarks.common import RESULTS, emit_result  # noqa: E402
 from streamer.engine import Engine, EngineConfig  # noqa: E402
 from streamer.events import Chunk  # noqa: E402
 from streamer.models.embedded import evaluate as ev  # noqa: E402
@@ -28,7 +28,6 @@ from streamer.models.embedded import vocab  # noqa: E402
 from streamer.models.embedded.model import EmbeddedModel  # noqa: E402
 from streamer.protocol import PromptMessage, StartMessage  # noqa: E402
 
-RESULTS = Path(__file__).resolve().parent / "results"
 BEFORE, AFTER = 4, 6  # chunks before the switch, chunks scored after it
 
 
@@ -109,10 +108,7 @@ def main() -> int:
             "adherence_after": float(np.mean([r["adherence_after"] for r in rows])),
         }
         print(transition, out["transitions"][transition], file=sys.stderr)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(out, indent=2) + "\n")
-    if args.json:
-        print(json.dumps(out))
+    emit_result(out, args.out, args.json)
     return 0
 
 

@@ -42,16 +42,13 @@ def apply_control(session: Session, msg: ControlMessage, prompts: PromptCache, s
     if isinstance(msg, SeedMessage):
         session.reseed(msg.seed)
         return {"type": "seed", "applies_from_chunk": session.next_chunk_index()}
-    if isinstance(msg, PauseMessage):
-        if session.state is not SessionState.STREAMING:
-            raise ControlError("type", f"cannot pause a session that is {session.state.value}", "invalid_state")
-        session.transition(SessionState.PAUSED)
-        scheduler.pause(session.id, now)
-        return {"type": "pause"}
-    if isinstance(msg, ResumeMessage):
-        if session.state is not SessionState.PAUSED:
-            raise ControlError("type", f"cannot resume a session that is {session.state.value}", "invalid_state")
-        session.transition(SessionState.STREAMING)
-        scheduler.resume(session.id, now)
-        return {"type": "resume"}
+    if isinstance(msg, PauseMessage | ResumeMessage):
+        pausing = isinstance(msg, PauseMessage)
+        before, after = (SessionState.STREAMING, SessionState.PAUSED) if pausing else (
+            SessionState.PAUSED, SessionState.STREAMING)
+        if session.state is not before:
+            raise ControlError("type", f"cannot {msg.type} a session that is {session.state.value}", "invalid_state")
+        session.transition(after)
+        (scheduler.pause if pausing else scheduler.resume)(session.id, now)
+        return {"type": msg.type}
     raise ControlError("type", f"'{getattr(msg, 'type', '?')}' is not an engine control message", "unknown_type")
