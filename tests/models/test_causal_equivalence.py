@@ -111,6 +111,11 @@ def test_rolling_window_keeps_sinks_and_reindexes_positions():
     # positions must line up: the next denoise agrees closely on the sink-only part.
     n = 2 * model.cfg.dit.tokens_per_frame
     torch.testing.assert_close(pool.k[:, long_slot, :, :n], pool.k[:, short_slot, :, :n], atol=TOL, rtol=TOL)
+    # Layer 0's keys/values depend only on a frame's own tokens and position: after the roll
+    # (and the rotation back by the dropped frames) they must equal the fresh cache's exactly.
+    kept = 4 * model.cfg.dit.tokens_per_frame
+    torch.testing.assert_close(pool.k[0, long_slot, :, :kept], pool.k[0, short_slot, :, :kept], atol=TOL, rtol=TOL)
+    torch.testing.assert_close(pool.v[0, long_slot, :, :kept], pool.v[0, short_slot, :, :kept], atol=TOL, rtol=TOL)
     x = torch.randn(1, *latent)
     a = model.denoise(x, torch.tensor([0.5]), cond, pool.batch([long_slot]))
     assert torch.isfinite(a).all()
