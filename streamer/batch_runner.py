@@ -13,6 +13,8 @@ import torch
 
 from scheduler import StepPlan
 
+from .chunk_steps import denoise_step, finish_chunk
+
 if TYPE_CHECKING:
     from .engine import Engine
     from .session import ChunkWork, Session
@@ -43,12 +45,11 @@ def _denoise(engine: Engine, plan: StepPlan, sessions: list[Session]) -> None:
         assert s.work is not None
         works.append(s.work)
     idx = [item.step_index for item in plan.items]
-    t = torch.tensor([w.timesteps[i] for w, i in zip(works, idx, strict=True)])
-    t_next = torch.tensor([w.timesteps[i + 1] if i + 1 < w.steps else 0.0 for w, i in zip(works, idx, strict=True)])
-    x = torch.stack([w.x for w in works])  # (B, F, C, h, w)
-    cache = engine.pool.batch([s.slot for s in sessions])
-    x0 = engine.model.denoise(x, t, _cond(engine, works), cache)
-    x_next = engine.step_latents(x, x0, t, t_next, sessions)
+    x_next = denoise_step(
+        engine.model, engine.pool, [s.slot for s in sessions], torch.stack([w.x for w in works]),
+        [w.timesteps for w in works], idx, _cond(engine, works), engine.cfg.sampler,
+        lambda: torch.stack([s.fresh_noise() for s in sessions]),  # each session's own generator
+    )
     for w, i, xn in zip(works, idx, x_next, strict=True):
         w.x = xn
         if i + 1 == w.steps:
@@ -62,11 +63,7 @@ def _commit(engine: Engine, sessions: list[Session]) -> list[tuple[Session, np.n
             raise RuntimeError(f"session {s.id}: commit planned before its chunk was denoised")
         works.append(s.work)
     x0 = torch.stack([w.x0 for w in works if w.x0 is not None])
-    # Decode before commit: commit is the call that changes state (it appends the chunk to each
-    # slot's history), so it must come last. A failed batch is re-run item by item, and a decode
-    # failing after the commit would append every session's chunk to its cache twice.
-    frames = engine.model.decode(x0).numpy()  # (B, F, H, W, 3)
-    engine.model.commit(x0, _cond(engine, works), engine.pool.batch([s.slot for s in sessions], commit=True))
+    frames = finish_chunk(engine.model, engine.pool, [s.slot for s in sessions], x0, _cond(engine, works))
     for s in sessions:
         s.finish_chunk()
     return [(s, frames[i]) for i, s in enumerate(sessions)]

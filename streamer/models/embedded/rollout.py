@@ -1,8 +1,8 @@
 """Offline rollouts of any causal video model, batched over clips, for evaluation and benchmarks.
 
-The same contract calls the engine makes (denoise steps, commit, decode) without the server:
-each clip is a `Script` of per-chunk prompts and per-frame actions/controls (held per chunk,
-as the engine applies them from the next chunk on).
+The engine's own step code (`streamer/chunk_steps.py`: denoise steps, then decode and commit)
+without the server: each clip is a `Script` of per-chunk prompts and per-frame actions/controls
+(held per chunk, as the engine applies them from the next chunk on).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import numpy as np
 import torch
 
 from ...cache.kv_pool import KVCachePool
-from ...sampling import next_latent
+from ...chunk_steps import denoise_step, finish_chunk
 from ..base import CausalVideoModel, Conditioning, PromptCond
 
 
@@ -70,13 +70,9 @@ def _rollout(model: CausalVideoModel, scripts: list[Script], steps: int | None, 
             actions=torch.from_numpy(np.stack([s.actions[sl] for s in scripts])).long(),
             controls=torch.from_numpy(np.stack([s.controls[sl] for s in scripts])).float(),
         )
-        x = torch.randn(b, *spec.latent_shape, generator=gen)
-        for i, t in enumerate(schedule):
-            t_now = torch.full((b,), t)
-            t_next = torch.full((b,), schedule[i + 1] if i + 1 < len(schedule) else 0.0)
-            x0 = model.denoise(x, t_now, cond, pool.batch(slots))
-            noise = torch.randn(b, *spec.latent_shape, generator=gen) if sampler == "renoise" else None
-            x = next_latent(x, x0, t_now, t_next, sampler, noise)
-        model.commit(x, cond, pool.batch(slots, commit=True))
-        out[:, sl] = model.decode(x).numpy()
+        x = torch.randn(b, *spec.latent_shape, generator=gen)  # (B, F, C, h, w)
+        for i in range(len(schedule)):
+            x = denoise_step(model, pool, slots, x, [schedule] * b, [i] * b, cond, sampler,
+                             lambda: torch.randn(b, *spec.latent_shape, generator=gen))
+        out[:, sl] = finish_chunk(model, pool, slots, x, cond)
     return RolloutResult(out, time.perf_counter() - start)
