@@ -129,7 +129,9 @@ class Block(nn.Module):
         self.cross_kv = nn.Linear(d, 2 * d)  # applied to prompt features once per prompt
         self.cross_proj = nn.Linear(d, d)
         hidden = int(d * cfg.mlp_ratio)
-        self.mlp = nn.Sequential(nn.Linear(d, hidden), nn.GELU(approximate="tanh"), nn.Linear(hidden, d))
+        # Exact (erf) GELU: on this CPU the tanh approximation is ~3x slower (measured 170 vs 54 us
+        # on a chunk's MLP activations) and it was 13% of a denoise step.
+        self.mlp = nn.Sequential(nn.Linear(d, hidden), nn.GELU(), nn.Linear(hidden, d))
         self.ada = nn.Linear(d, 6 * d)
         nn.init.zeros_(self.ada.weight)
         nn.init.zeros_(self.ada.bias)
