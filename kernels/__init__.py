@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import torch
 
-from .chunk_attention import chunk_attention_reference, chunk_attention_triton, launch_config
+from .chunk_attention import chunk_attention_reference, chunk_attention_triton
 from .dispatch import Choice, backend, use_triton
 from .error import ErrorStats, error_stats
 from .int8_attention import int8_chunk_attention_reference, int8_chunk_attention_triton
@@ -81,8 +81,7 @@ def int8_chunk_attention(
     kv = kv_layout(q, k, v, slots=slots, lengths=lengths, cu_seqlens=cu_seqlens, max_seqlen=max_seqlen)
     if use_triton(q, k, v):
         return int8_chunk_attention_triton(q, kv, scale)
-    cfg = launch_config(q.shape[-1], q.dtype, int8=True)
-    return int8_chunk_attention_reference(q, kv, scale, block_m=cfg.block_m, block_n=cfg.block_n)
+    return int8_chunk_attention_reference(q, kv, scale)
 
 
 def modulate(x: torch.Tensor, shift: torch.Tensor, scale: torch.Tensor, eps: float = EPS) -> torch.Tensor:

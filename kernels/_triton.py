@@ -74,3 +74,7 @@ class jit:  # noqa: N801 - a decorator, like triton.jit
 
 def next_pow2(n: int) -> int:
     return 1 << max(0, (n - 1).bit_length())
+
+
+def cdiv(a: int, b: int) -> int:
+    return -(-a // b)

@@ -20,7 +20,7 @@ from typing import NamedTuple
 import torch
 import torch.nn.functional as F
 
-from ._triton import interpreting, jit, next_pow2, tl
+from ._triton import cdiv, interpreting, jit, next_pow2, tl
 from .varlen import KVLayout
 
 LOG2E = 1.4426950408889634
@@ -28,13 +28,8 @@ LOG2E = 1.4426950408889634
 
 def chunk_attention_reference(q: torch.Tensor, kv: KVLayout, scale: float | None = None) -> torch.Tensor:
     """q (B, H, Nq, D) -> (B, H, Nq, D): per-sample SDPA over views of the keys (no copy)."""
-    out = torch.empty_like(q)
-    spans = zip(kv.rows.tolist(), kv.starts.tolist(), kv.lengths.tolist(), strict=True)
-    for i, (r, s, n) in enumerate(spans):
-        if n == 0:
-            out[i] = 0
-            continue
-        k, v = kv.k[r, :, s : s + n], kv.v[r, :, s : s + n]  # (H, n, D) views
+    out = torch.zeros_like(q)  # a sample with no keys gets zeros
+    for i, k, v in kv.samples():  # k, v: (H, n, D) views
         # 4-D inputs: with 3-D ones torch's CPU dispatch falls back to the math kernel.
         out[i : i + 1] = F.scaled_dot_product_attention(q[i : i + 1], k[None], v[None], scale=scale)
     return out
@@ -67,14 +62,12 @@ def launch_attention(
     q: torch.Tensor,  # (B, H, Nq, D)
     kv: KVLayout,
     scale: float | None,
+    cfg: LaunchConfig,
     *,
-    block_m: int,
-    block_n: int,
-    num_warps: int,
-    num_stages: int,
     k_int8: torch.Tensor | None = None,  # (B, H, >= max_len, D) int8, for the INT8 path
-    k_scales: torch.Tensor | None = None,  # (B, H, blocks) fp32 per BLOCK_N keys
+    k_scales: torch.Tensor | None = None,  # (B, H, blocks) fp32 per cfg.block_n keys
 ) -> torch.Tensor:
+    """The one launch of `_attention_kernel`, for the exact path and (with k_int8) the int8 one."""
     b, h, nq, d = q.shape
     out = torch.empty_like(q)
     sm_scale = (1.0 / math.sqrt(d) if scale is None else scale) * LOG2E
@@ -82,7 +75,7 @@ def launch_attention(
     k = k_int8 if k_int8 is not None else kv.k
     ks = k_scales if k_scales is not None else out  # unused placeholder when not INT8
     block_d = max(next_pow2(d), 32 if int8 else 16)  # tl.dot needs K >= 16 (>= 32 for int8)
-    grid = (_cdiv(nq, block_m), b * h)
+    grid = (cdiv(nq, cfg.block_m), b * h)
     _attention_kernel[grid](
         q, k, kv.v, out, ks,
         kv.rows, kv.starts, kv.lengths,
@@ -90,13 +83,13 @@ def launch_attention(
         *q.stride(), *k.stride(), *kv.v.stride(), *out.stride(),
         ks.stride(0), ks.stride(1),
         h, nq, d,
-        BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=block_d,
+        BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_D=block_d,
         INT8=int8,
         # Triton 3.9's interpreter multiplies bf16 tiles as raw uint16 bits (garbage): there,
         # dot bf16 tiles upcast to fp32, which is what the MMA does (exact products, fp32 sums).
         BF16_DOT_IN_FP32=interpreting() and q.dtype == torch.bfloat16,
         PRECISION="ieee" if q.dtype == torch.float32 else "tf32",  # fp32 stays fp32: no TF32
-        num_warps=num_warps, num_stages=num_stages,
+        num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )  # fmt: skip
     return out
 
@@ -111,11 +104,7 @@ def chunk_attention_triton(
 ) -> torch.Tensor:
     """q (B, H, Nq, D) -> (B, H, Nq, D) with the Triton kernel (block sizes overridable for tests)."""
     cfg = launch_config(q.shape[-1], q.dtype, block_m=block_m, block_n=block_n)
-    return launch_attention(q, kv, scale, **cfg._asdict())
-
-
-def _cdiv(a: int, b: int) -> int:
-    return -(-a // b)
+    return launch_attention(q, kv, scale, cfg)
 
 
 @jit

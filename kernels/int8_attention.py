@@ -23,8 +23,8 @@ from __future__ import annotations
 
 import torch
 
-from ._triton import jit, next_pow2, tl
-from .chunk_attention import _cdiv, launch_attention, launch_config
+from ._triton import cdiv, jit, next_pow2, tl
+from .chunk_attention import launch_attention, launch_config
 from .varlen import KVLayout
 
 SUM_BLOCK = 128  # keys per program when summing K
@@ -36,7 +36,7 @@ def quantize_blocks(x: torch.Tensor, block: int) -> tuple[torch.Tensor, torch.Te
     One symmetric scale per `block` consecutive rows (per head), rounding half away from zero.
     """
     h, n, d = x.shape
-    nb = _cdiv(n, block)
+    nb = cdiv(n, block)
     padded = torch.nn.functional.pad(x, (0, 0, 0, nb * block - n))  # zeros do not move absmax
     absmax = padded.reshape(h, nb, block * d).abs().amax(-1)  # (H, nb)
     scale = absmax.clamp_min(1e-30) / 127.0
@@ -46,22 +46,26 @@ def quantize_blocks(x: torch.Tensor, block: int) -> tuple[torch.Tensor, torch.Te
 
 
 def int8_chunk_attention_reference(
-    q: torch.Tensor, kv: KVLayout, scale: float | None = None, *, block_m: int, block_n: int
+    q: torch.Tensor,
+    kv: KVLayout,
+    scale: float | None = None,
+    *,
+    block_m: int | None = None,
+    block_n: int | None = None,
 ) -> torch.Tensor:
-    """Torch emulation of the int8 kernel's arithmetic. q (B, H, Nq, D) -> (B, H, Nq, D)."""
+    """Torch emulation of the int8 kernel's arithmetic. q (B, H, Nq, D) -> (B, H, Nq, D).
+
+    Quantisation blocks default to the Triton launch's tiles, so the error is the one a GPU has.
+    """
     d = q.shape[-1]
+    cfg = launch_config(d, q.dtype, int8=True, block_m=block_m, block_n=block_n)
     sm_scale = d**-0.5 if scale is None else scale
-    out = torch.empty_like(q)
-    spans = zip(kv.rows.tolist(), kv.starts.tolist(), kv.lengths.tolist(), strict=True)
-    for i, (r, s, n) in enumerate(spans):
-        if n == 0:
-            out[i] = 0
-            continue
-        k = kv.k[r, :, s : s + n].float()  # (H, n, D)
-        v = kv.v[r, :, s : s + n]
+    out = torch.zeros_like(q)  # a sample with no keys gets zeros
+    for i, k, v in kv.samples():  # k, v: (H, n, D) views
+        k = k.float()
         k = k - k.mean(dim=1, keepdim=True)
-        qi, qs = quantize_blocks(q[i].float(), block_m)  # (H, Nq, D), (H, Nq, 1)
-        ki, ks = quantize_blocks(k, block_n)  # (H, n, D), (H, n, 1)
+        qi, qs = quantize_blocks(q[i].float(), cfg.block_m)  # (H, Nq, D), (H, Nq, 1)
+        ki, ks = quantize_blocks(k, cfg.block_n)  # (H, n, D), (H, n, 1)
         scores = (qi @ ki.transpose(1, 2)) * qs * ks.transpose(1, 2) * sm_scale  # (H, Nq, n)
         p = torch.exp(scores - scores.amax(-1, keepdim=True))
         # P rounded to V's dtype, as the kernel feeds it to the tensor cores; fp32 products/sums.
@@ -82,8 +86,8 @@ def int8_chunk_attention_triton(
     cfg = launch_config(d, q.dtype, int8=True, block_m=block_m, block_n=block_n)
     bn = cfg.block_n
     max_len = kv.max_len if kv.max_len is not None else int(kv.lengths.max())
-    blocks = max(1, _cdiv(max_len, bn))
-    sum_blocks = max(1, _cdiv(max_len, SUM_BLOCK))
+    blocks = max(1, cdiv(max_len, bn))
+    sum_blocks = max(1, cdiv(max_len, SUM_BLOCK))
     block_d = next_pow2(d)
     dev = q.device
 
@@ -103,7 +107,7 @@ def int8_chunk_attention_triton(
         *args, mean, k_int8, k_scales, *mean.stride()[:2], 0, *k_int8.stride(), *k_scales.stride()[:2],
         BLOCK_N=bn, BLOCK_D=block_d, QUANTIZE=True,
     )  # fmt: skip
-    return launch_attention(q, kv, scale, k_int8=k_int8, k_scales=k_scales, **cfg._asdict())
+    return launch_attention(q, kv, scale, cfg, k_int8=k_int8, k_scales=k_scales)
 
 
 @jit

@@ -13,7 +13,7 @@ either of two forms, and both reduce to the same addressing
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -33,6 +33,16 @@ class KVLayout:
     @property
     def batch(self) -> int:
         return self.rows.shape[0]
+
+    def samples(self) -> Iterator[tuple[int, torch.Tensor, torch.Tensor]]:
+        """(b, k, v) for each sample b with at least one key: views (H, n, D) of what it sees.
+
+        For the torch references: a host loop, over spans read back from the device.
+        """
+        spans = zip(self.rows.tolist(), self.starts.tolist(), self.lengths.tolist(), strict=True)
+        for b, (r, s, n) in enumerate(spans):
+            if n > 0:
+                yield b, self.k[r, :, s : s + n], self.v[r, :, s : s + n]
 
 
 def _ints(x: IntsLike, device: torch.device, name: str) -> torch.Tensor:
