@@ -125,27 +125,42 @@ _CLIENT_ADAPTER: TypeAdapter[Any] = TypeAdapter(ClientMessage)
 class _Event(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
+    # Each event narrows this to its own Literal. Declared here so that `type` stays the first
+    # key of every event, ahead of the fields the bases below share.
+    type: str
 
-class AdmittedEvent(_Event):
-    type: Literal["admitted"] = "admitted"
+
+class _Reply(_Event):
+    """An event that may answer a client message: it echoes that message's `id`."""
+
+    id: MsgId = None
+
+
+class _SessionInfo(_Event):
+    """The session a connection now streams or controls, and its stream's shape."""
+
     session_id: str
-    token: str = Field(description="Secret: lets another connection `attach` and control the session.")
     fps: float
     frames_per_chunk: int
     width: int
     height: int
+
+
+class _ChunkTiming(_Event):
+    chunk_index: int
+    capture_ts: float = Field(description="Unix seconds when the engine finished the chunk.")
+
+
+class AdmittedEvent(_SessionInfo):
+    type: Literal["admitted"] = "admitted"
+    token: str = Field(description="Secret: lets another connection `attach` and control the session.")
     protocol: int = PROTOCOL_VERSION
 
 
-class AttachedEvent(_Event):
+class AttachedEvent(_SessionInfo):
     """Answer to a good `attach`: this connection may now control the session."""
 
     type: Literal["attached"] = "attached"
-    session_id: str
-    fps: float
-    frames_per_chunk: int
-    width: int
-    height: int
 
 
 class RefusedEvent(_Event):
@@ -159,40 +174,34 @@ class QueuedEvent(_Event):
     position: int
 
 
-class StartedEvent(_Event):
+class StartedEvent(_ChunkTiming):
     """Sent just before the first chunk (WebSocket) or first video frame (WebRTC)."""
 
     type: Literal["started"] = "started"
-    chunk_index: int
-    capture_ts: float
 
 
-class ChunkEvent(_Event):
+class ChunkEvent(_ChunkTiming):
     """WebRTC data channel only: the chunk whose first frame the video track is sending now."""
 
     type: Literal["chunk"] = "chunk"
-    chunk_index: int
     first_frame: int
     frames: int
-    capture_ts: float = Field(description="Unix seconds when the engine finished the chunk.")
 
 
-class ControlAckEvent(_Event):
+class ControlAckEvent(_Reply):
     """Ack of an applied control message: `type` is the control message's type, plus engine fields."""
 
     model_config = ConfigDict(extra="allow")
     type: Literal["prompt", "action", "control", "seed", "pause", "resume"]
-    id: MsgId = None
     unknown_words: list[str] | None = Field(default=None, description="prompt acks: words ignored.")
     applies_from_chunk: int | None = None
 
 
-class ErrorEvent(_Event):
+class ErrorEvent(_Reply):
     type: Literal["error"] = "error"
     code: str
     field: str | None = Field(default=None, description="Dotted path of the offending field.")
     message: str
-    id: MsgId = None
 
 
 class StatsEvent(_Event):
@@ -201,11 +210,10 @@ class StatsEvent(_Event):
     source: Literal["transport", "engine"] = "engine"
 
 
-class PongEvent(_Event):
+class PongEvent(_Reply):
     type: Literal["pong"] = "pong"
     t: float
     server_ts: float
-    id: MsgId = None
 
 
 class EndedEvent(_Event):
