@@ -1,9 +1,16 @@
 """Engine benchmark: the batched deadline scheduler against the peers' one-stream-at-a-time pattern.
 
-Both modes run in the same process, on the same model, in the same run. For each session
+Both modes run in the same process, on the same model, in the same run, at the same pinned
+session fps: `--fps`, or the rate one calibration at the start picks (as `streamer serve` would),
+shared by every run so that admission and fps never differ by calibration noise. For each session
 count: aggregate frames/s, per-session fps, chunk deadline-miss rate (over admitted sessions),
 time to first chunk p50/p99, and model FLOPs utilisation (model FLOPs per frame x frames/s,
 against a 1024-wide fp32 matmul peak measured in the same run).
+
+Each run also measures `saturated_fps`: the same number of sessions, all admitted, with no
+deadlines that could be met (a 1000 fps target) and no degrading, so the device runs flat out.
+Batched against one-at-a-time, that ratio is what batching itself costs or gains, whatever
+admission let in.
 
     python benchmarks/engine.py --quick --json      # 8 sessions, ~20 s per mode
     python benchmarks/engine.py                     # 1, 2, 4, 8, 16 sessions x 30 s -> results/engine.json
@@ -25,6 +32,7 @@ from torch.utils.flop_counter import FlopCounterMode
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.common import RESULTS, emit_result  # noqa: E402
+from streamer.calibration import calibrate, sustainable_fps  # noqa: E402
 from streamer.engine import Engine, EngineConfig  # noqa: E402
 from streamer.engine_factory import build_model  # noqa: E402
 from streamer.events import Chunk, Refused  # noqa: E402
@@ -73,8 +81,15 @@ class Recorder:
         pass
 
 
-async def run_mode(model, mode: str, sessions: int, seconds: float, fps: float | None, stagger: float) -> dict:
-    engine = Engine(model, EngineConfig(max_sessions=max(sessions, 1), scheduler=mode, fps=fps))
+SATURATED_FPS = 1000.0  # a target no model here meets: every chunk is late, the device never idles
+Calibration = dict[tuple[str, int], float]
+
+
+async def drive(engine: Engine, sessions: int, seconds: float, stagger: float, skip_s: float = 0.0) -> dict:
+    """Open `sessions` sessions `stagger` s apart and record them for `seconds` of wall time.
+
+    Frames that arrive in the first `skip_s` seconds do not count towards `fps` (a warm-up).
+    """
     await engine.start()
     rng = np.random.default_rng(0)
     recs: list[Recorder] = []
@@ -95,15 +110,25 @@ async def run_mode(model, mode: str, sessions: int, seconds: float, fps: float |
         wall = time.monotonic() - t0
     finally:
         await engine.stop()
-    frames = sum(n for r in recs for _, n in r.arrivals)
+    counted = sum(n for r in recs for t, n in r.arrivals if t - t0 >= skip_s)
+    return {"recs": recs, "refused": refused, "stats": stats, "wall": wall, "t0": t0,
+            "fps": counted / max(1e-9, wall - skip_s)}  # fmt: skip
+
+
+async def run_mode(model, mode: str, sessions: int, seconds: float, fps: float, stagger: float,
+                   calibration: Calibration) -> dict:  # fmt: skip
+    engine = Engine(model, EngineConfig(max_sessions=max(sessions, 1), scheduler=mode, fps=fps), calibration=calibration)
+    d = await drive(engine, sessions, seconds, stagger)
+    recs, stats, wall, t0 = d["recs"], d["stats"], d["wall"], d["t0"]
     ttff = [r.arrivals[0][0] - r.opened for r in recs if r.arrivals]
     per_session = [sum(n for _, n in r.arrivals) / max(1e-9, wall - (r.opened - t0)) for r in recs]
     return {
         "mode": "batched" if mode == "deadline" else "baseline",
         "sessions": sessions,
         "admitted": len(recs),
-        "refused": refused,
-        "aggregate_fps": frames / wall,
+        "refused": d["refused"],
+        "fps": fps,
+        "aggregate_fps": d["fps"],
         "per_session_fps_mean": float(np.mean(per_session)) if per_session else 0.0,
         "per_session_fps_min": float(np.min(per_session)) if per_session else 0.0,
         "target_fps": engine.fps,
@@ -116,13 +141,32 @@ async def run_mode(model, mode: str, sessions: int, seconds: float, fps: float |
     }
 
 
+async def saturated_fps(model, mode: str, sessions: int, seconds: float, calibration: Calibration) -> float:
+    """Aggregate frames/s with every session admitted and running flat out (no deadline holds).
+
+    All sessions open at once; the first quarter of the window is a warm-up and is not counted.
+    """
+    cfg = EngineConfig(max_sessions=max(sessions, 1), scheduler=mode, fps=SATURATED_FPS,
+                       utilisation_bound=1e9, degrade=False)  # fmt: skip
+    d = await drive(Engine(model, cfg, calibration=calibration), sessions, seconds, 0.0, skip_s=seconds / 4)
+    return float(d["fps"])
+
+
+def calibrate_once(model, steps: int, max_sessions: int) -> Calibration:
+    """One calibration for the whole run, up to the largest batch any of its engines forms."""
+    return calibrate(model, model.new_pool(min(model.spec.max_batch, max_sessions)), steps)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="8 sessions, ~20 s per mode")
     ap.add_argument("--json", action="store_true", help="print the result object as the last line")
     ap.add_argument("--sessions", type=int, nargs="*", default=None)
     ap.add_argument("--seconds", type=float, default=None)
-    ap.add_argument("--fps", type=float, default=None, help="target fps per session (default: the model's)")
+    ap.add_argument("--fps", type=float, default=None,
+                    help="session fps for every run (default: picked once from one calibration, as serve does)")
+    ap.add_argument("--saturated-seconds", type=float, default=None,
+                    help="flat-out throughput window per mode and session count (default 5 s quick, 10 s full)")
     ap.add_argument("--stagger", type=float, default=0.25, help="seconds between session arrivals")
     ap.add_argument("--model", default="embedded")
     ap.add_argument("--config", default=None)
@@ -134,30 +178,41 @@ def main() -> int:
         return 2
     sessions = args.sessions or ([8] if args.quick else [1, 2, 4, 8, 16])
     seconds = args.seconds or (20.0 if args.quick else 30.0)
+    saturated_s = args.saturated_seconds or (5.0 if args.quick else 10.0)
     model = build_model(args.model, args.config, None)
-    steps = model.spec.default_steps
+    spec, steps = model.spec, model.spec.default_steps
     peak = matmul_peak_gflops()
     fpf = flops_per_frame(model, steps)
+    calibration = calibrate_once(model, steps, max(sessions))
+    fps = args.fps or sustainable_fps(calibration, steps, spec.frames_per_chunk, spec.fps,
+                                      EngineConfig.utilisation_bound)  # fmt: skip
     runs = []
     for n in sessions:
         for mode in ("deadline", "serial"):
-            r = asyncio.run(run_mode(model, mode, n, seconds, args.fps, args.stagger))
+            r = asyncio.run(run_mode(model, mode, n, seconds, fps, args.stagger, calibration))
+            r["saturated_fps"] = asyncio.run(saturated_fps(model, mode, n, saturated_s, calibration))
             r["mfu"] = fpf * r["aggregate_fps"] / (peak * 1e9)
             runs.append(r)
-            print(f"{r['mode']:>8} n={n:>2} admitted={r['admitted']:>2} agg={r['aggregate_fps']:6.1f} fps "
-                  f"miss={r['miss_rate']:.3f} ttff p50={r['ttff_p50_s']} mfu={r['mfu']:.2f}", file=sys.stderr)
+            print(f"{r['mode']:>8} n={n:>2} fps={fps:g} admitted={r['admitted']:>2} agg={r['aggregate_fps']:6.1f} "
+                  f"fps miss={r['miss_rate']:.3f} ttff p50={r['ttff_p50_s']} mfu={r['mfu']:.2f} "
+                  f"saturated={r['saturated_fps']:6.1f} fps", file=sys.stderr)  # fmt: skip
     result = {
         "runs": runs,
+        "fps": fps,
+        "fps_source": "--fps" if args.fps else "one calibration, shared by every run",
+        "calibration_ms": {f"{kind}@{b}": round(v * 1e3, 3) for (kind, b), v in sorted(calibration.items())},
         "machine": {"cpu": platform.processor() or platform.machine(), "threads": torch.get_num_threads()},
         "matmul_peak_gflops": peak,
         "model_gflops_per_frame": fpf / 1e9,
         "seconds_per_mode": seconds,
+        "saturated_seconds_per_mode": saturated_s,
     }
     for n in sessions:
         b = next(r for r in runs if r["sessions"] == n and r["mode"] == "batched")
         s = next(r for r in runs if r["sessions"] == n and r["mode"] == "baseline")
         result.setdefault("ratios", {})[str(n)] = {
             "aggregate_fps_batched_over_baseline": b["aggregate_fps"] / max(s["aggregate_fps"], 1e-9),
+            "saturated_fps_batched_over_baseline": b["saturated_fps"] / max(s["saturated_fps"], 1e-9),
         }
     out = args.out or (None if args.quick else RESULTS / "engine.json")
     emit_result(result, out, args.json)

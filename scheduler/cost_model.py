@@ -3,10 +3,18 @@
 The model keeps, per kind, a table of seconds per batch size:
 - `calibrate` seeds it from a calibration run (the engine times batches of a few sizes at start);
 - `observe` folds each measured batch into the entry of its size (exponential moving average),
-  and pulls the entries of the *other* sizes by a fraction (`shared`) of the same relative error,
-  because the common causes of slowness (another job on the GPU, clocks, longer KV caches) slow
-  every size; without it, sizes not in use would keep stale, optimistic figures, and admission
-  control (which predicts at the batch size a new session *would* make) would over-admit.
+  and moves the entries of the *other* sizes with a per-kind *level*: the ratio of measured
+  seconds to what the calibration's shape predicts at the measured size, smoothed at rate
+  `shared` x `alpha`. The common causes of a wrong figure (another job on the GPU, clocks,
+  longer KV caches, a calibration run on a cold or busy process) scale every size; without the
+  level, sizes not in use would keep stale figures, and admission control (which predicts at the
+  batch size a new session *would* make) would over-admit, or refuse what the device holds.
+  The level is measured against the calibration, not against the measured size's own learned
+  entry, so it keeps moving until the sizes not in use agree with what is measured: a start-up
+  calibration that was 2x off at every size is corrected at every size, not only where batches
+  happen to run. An uncalibrated model has no measured shape (the prior is a guess), so there
+  the other sizes move by the error against the measured size's own entry, which fades as that
+  entry converges.
 
 Sizes that are not in the table are interpolated between the nearest entries; outside the table
 an affine fit a + c*b (least squares over the entries, a, c >= 0) extrapolates. Predictions are
@@ -48,6 +56,8 @@ class CostModel:
         self.shared = shared
         self.prior_fixed = prior_fixed
         self._table: dict[Kind, dict[int, float]] = {kind: {} for kind in KINDS}
+        self._seed: dict[Kind, dict[int, float]] = {kind: {} for kind in KINDS}  # as calibrated
+        self._level: dict[Kind, float] = {kind: 1.0 for kind in KINDS}  # measured / seed shape
         self._observed: dict[tuple[Kind, int], int] = {}
         self._memo: dict[tuple[Kind, int], float] = {}
 
@@ -57,18 +67,25 @@ class CostModel:
         """Seed (or overwrite) table entries with measured seconds from a calibration run."""
         for (kind, batch_size), seconds in measurements.items():
             self._check(batch_size, seconds)
-            self._table[check_kind(kind)][batch_size] = float(seconds)
+            k = check_kind(kind)
+            self._table[k][batch_size] = self._seed[k][batch_size] = float(seconds)
+            self._level[k] = 1.0
         self._memo.clear()
 
     def observe(self, kind: str, batch_size: int, seconds: float) -> None:
         """Fold one measured batch into the model."""
         k = check_kind(kind)
         self._check(batch_size, seconds)
-        predicted = self.predict(k, batch_size)
+        seed = self._pick(self._seed, k)
+        if seed:  # what the calibration's shape predicts here, at the level measured so far
+            reference = max(self._level[k] * self._raw(seed, batch_size), _FLOOR_S)
+        else:  # no calibration: the only shape is the prior's guess, so compare with the entry
+            reference = self.predict(k, batch_size)
+        pull = 1.0 + self.alpha * self.shared * (seconds / reference - 1.0)
+        self._level[k] *= pull
         table = self._table[k]
         old = table.get(batch_size)
         table[batch_size] = seconds if old is None else old + self.alpha * (seconds - old)
-        pull = 1.0 + self.alpha * self.shared * (seconds / predicted - 1.0)
         for size in table:
             if size != batch_size:
                 table[size] = max(table[size] * pull, _FLOOR_S)
@@ -93,7 +110,7 @@ class CostModel:
         key = (k, batch_size)
         cached = self._memo.get(key)
         if cached is None:
-            cached = self._memo[key] = max(self._raw(k, batch_size), _FLOOR_S)
+            cached = self._memo[key] = max(self._raw(self._pick(self._table, k), batch_size), _FLOOR_S)
         return cached
 
     def per_sample(self, kind: str, batch_size: int) -> float:
@@ -122,12 +139,13 @@ class CostModel:
         if not seconds > 0:
             raise ValueError(f"seconds must be > 0, got {seconds}")
 
-    def _table_for(self, kind: Kind) -> dict[int, float]:
-        table = self._table[kind]
-        return table if table else self._table[COMMIT if kind == DENOISE else DENOISE]
+    @staticmethod
+    def _pick(tables: Mapping[Kind, dict[int, float]], kind: Kind) -> dict[int, float]:
+        """The kind's table, or the other kind's while this one is empty."""
+        table = tables[kind]
+        return table if table else tables[COMMIT if kind == DENOISE else DENOISE]
 
-    def _raw(self, kind: Kind, b: int) -> float:
-        table = self._table_for(kind)
+    def _raw(self, table: Mapping[int, float], b: int) -> float:
         if not table:
             return self.default_step_s * (self.prior_fixed + (1.0 - self.prior_fixed) * b)
         sizes = sorted(table)

@@ -1,12 +1,21 @@
-"""Calibration run: measured seconds per batch for each kind and batch size.
+"""Calibration run: measured seconds per batch for each kind and batch size, and the fps to serve.
 
 The scheduler's cost model starts from these figures and keeps learning online. Slots are
 filled to a full cache window first, because that is the steady state of a stream.
+
+The figures must describe the steady state, not the first seconds of a process. So every
+(kind, size) call runs `warmup` times untimed first (the first calls of a new shape pay for
+allocation and kernel selection), and the timed repeats are interleaved across sizes, round by
+round, so that a slow spell of a shared machine lands on every size alike instead of making one
+size look dear. Each figure is the median of its rounds: unlike a minimum, it does not promise
+the best moment of a busy machine; unlike a mean, one spike does not move it.
 """
 
 from __future__ import annotations
 
+import statistics
 import time
+from collections.abc import Callable, Mapping
 
 import torch
 
@@ -22,14 +31,16 @@ def _sizes(limit: int) -> list[int]:
     return sizes
 
 
-def _timed(fn) -> float:
+def _timed(fn: Callable[[], None]) -> float:
     start = time.perf_counter()
     fn()
     return time.perf_counter() - start
 
 
 @torch.no_grad()
-def calibrate(model: CausalVideoModel, pool: KVCachePool, steps: int, repeats: int = 3) -> dict[tuple[str, int], float]:
+def calibrate(
+    model: CausalVideoModel, pool: KVCachePool, steps: int, repeats: int = 5, warmup: int = 2
+) -> dict[tuple[str, int], float]:
     spec = model.spec
     limit = min(spec.max_batch, pool.free_slots)
     slots = [pool.allocate() for _ in range(limit)]
@@ -40,12 +51,12 @@ def calibrate(model: CausalVideoModel, pool: KVCachePool, steps: int, repeats: i
         def cond(b: int) -> Conditioning:
             return Conditioning([prompt] * b, torch.zeros(b, f, dtype=torch.int64), torch.zeros(b, f, spec.control_dim))
 
-        warm = (spec.sink_frames + spec.window_frames) // f
-        for _ in range(warm):
+        fill = (spec.sink_frames + spec.window_frames) // f
+        for _ in range(fill):
             model.commit(torch.randn(limit, *spec.latent_shape), cond(limit), pool.batch(slots, commit=True))
-        out: dict[tuple[str, int], float] = {}
+        calls: dict[tuple[str, int], Callable[[], None]] = {}
         for b in _sizes(limit):
-            x = torch.randn(b, *spec.latent_shape)
+            x = torch.randn(b, *spec.latent_shape)  # (B, F, C, h, w)
             t = torch.full((b,), 0.5)
             c, batch = cond(b), slots[:b]
 
@@ -56,11 +67,32 @@ def calibrate(model: CausalVideoModel, pool: KVCachePool, steps: int, repeats: i
                 model.commit(x, c, pool.batch(batch, commit=True))
                 model.decode(x)
 
-            # The minimum over repeats: a shared machine only ever adds time.
-            denoise()  # warm-up
-            out[("denoise", b)] = min(_timed(denoise) for _ in range(repeats))
-            out[("commit", b)] = min(_timed(commit) for _ in range(repeats))
-        return out
+            calls[("denoise", b)], calls[("commit", b)] = denoise, commit
+        for _ in range(warmup):
+            for fn in calls.values():
+                fn()
+        samples: dict[tuple[str, int], list[float]] = {key: [] for key in calls}
+        for _ in range(repeats):
+            for key, fn in calls.items():
+                samples[key].append(_timed(fn))
+        return {key: statistics.median(times) for key, times in samples.items()}
     finally:
         for s in slots:
             pool.release(s)
+
+
+def sustainable_fps(
+    calibration: Mapping[tuple[str, int], float], steps: int, frames_per_chunk: int, model_fps: float,
+    utilisation_bound: float,
+) -> float:
+    """The model's fps, or less if one stream alone cannot hold it within the utilisation bound.
+
+    A served rate the hardware cannot keep would make admission refuse every session; instead
+    the engine serves at the highest even rate one stream can hold (a laptop gets a smooth lower
+    rate, not a refusal). Never below 2 fps.
+    """
+    per_chunk = steps * calibration[("denoise", 1)] + calibration[("commit", 1)]
+    limit = utilisation_bound * frames_per_chunk / per_chunk
+    if limit >= model_fps:
+        return model_fps
+    return float(max(2, int(limit) // 2 * 2))

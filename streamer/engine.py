@@ -20,7 +20,7 @@ import secrets
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,7 +30,7 @@ from scheduler import Admission, SchedulerConfig, SessionSpec, StepPlan, StepRes
 from scheduler.base import SchedulerBase
 
 from . import metrics
-from .calibration import calibrate
+from .calibration import calibrate, sustainable_fps
 from .engine_api import ChunkSink, SessionHandle
 from .events import Chunk, Refused
 from .models.base import CausalVideoModel, Conditioning, PromptCond
@@ -73,7 +73,11 @@ def make_scheduler(cfg: EngineConfig, max_batch: int) -> SchedulerBase:
 
 class Engine:
     def __init__(self, model: CausalVideoModel, config: EngineConfig | None = None,
-                 clock: Callable[[], float] = time.monotonic):
+                 clock: Callable[[], float] = time.monotonic,
+                 calibration: Mapping[tuple[str, int], float] | None = None):
+        """`calibration`: seconds per (kind, batch size) measured earlier on this machine (another
+        engine's `calibration`), used instead of a start-up run, so that engines built one after
+        the other (a benchmark's modes) share one cost model and one served fps."""
         self.model, self.cfg, self.clock = model, config or EngineConfig(), clock
         self.spec = model.spec
         self.fps = self.cfg.fps or self.spec.fps
@@ -88,35 +92,24 @@ class Engine:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._running = False
         self._ready = False
-        self.calibration: dict[tuple[str, int], float] = {}
+        self.calibration: dict[tuple[str, int], float] = dict(calibration or {})
 
     # -- lifecycle ------------------------------------------------------------------------------
     async def start(self) -> None:
         if self._thread is not None:
             return
         self._loop = asyncio.get_running_loop()
-        if self.cfg.calibrate:
+        if self.cfg.calibrate and not self.calibration:
             self.calibration = await asyncio.to_thread(calibrate, self.model, self.pool, self.steps)
+        if self.calibration:
             self.scheduler.cost.calibrate(self.calibration)
             if self.cfg.fps is None:
-                self.fps = self._sustainable_fps()
+                self.fps = sustainable_fps(self.calibration, self.steps, self.spec.frames_per_chunk,
+                                           self.spec.fps, self.cfg.utilisation_bound)
         self._running = True
         self._thread = threading.Thread(target=self._run, name="streamer-engine", daemon=True)
         self._thread.start()
         self._ready = True
-
-    def _sustainable_fps(self) -> float:
-        """The model's fps, or less if this machine cannot hold even one stream at it.
-
-        A served rate the hardware cannot keep would make admission refuse every session;
-        instead the engine serves at the highest even rate one stream can hold within the
-        utilisation bound (a laptop gets a smooth lower rate, not a refusal).
-        """
-        per_chunk = self.steps * self.calibration[("denoise", 1)] + self.calibration[("commit", 1)]
-        limit = self.cfg.utilisation_bound * self.spec.frames_per_chunk / per_chunk
-        if limit >= self.spec.fps:
-            return self.spec.fps
-        return float(max(2, int(limit) // 2 * 2))
 
     def ready(self) -> bool:
         return self._ready and self._running

@@ -6,7 +6,7 @@ import pytest
 
 from scheduler import SchedulerConfig, SerialScheduler, StepResult, StepScheduler
 
-from .helpers import calibrated, spec
+from .helpers import affine_cost, calibrated, spec
 
 
 def test_refuses_exactly_the_session_that_would_push_utilisation_over_the_bound() -> None:
@@ -24,6 +24,28 @@ def test_refuses_exactly_the_session_that_would_push_utilisation_over_the_bound(
     light = sched.add_session(spec("light", fps=6.0), 0.0)
     assert light.admitted and light.utilisation <= 0.85
     assert light.reason.startswith("admitted: predicted utilisation")
+
+
+def test_measured_batches_lift_a_pessimistic_calibration() -> None:
+    # Calibrated twice as slow as the device is: U(2) = 60 * 0.018 = 1.08, so only one fits.
+    sched = StepScheduler(SchedulerConfig(), calibrated(0.020, 0.008))
+    assert sched.add_session(spec("s0"), 0.0).admitted
+    assert not sched.add_session(spec("early"), 0.0).admitted
+    truth, now = affine_cost(), 0.0
+    while now < 3.0:  # one stream runs at batch size 1 only, at the device's true cost
+        plan = sched.schedule(now)
+        if plan is None:
+            release = sched.next_release(now)
+            assert release is not None
+            now = release
+            continue
+        elapsed = truth(plan.kind, plan.batch_size)
+        sched.update(plan, StepResult(elapsed), now + elapsed)
+        now += elapsed
+    # The true figures: U(n) = 30 * (0.010 + 0.004 n), so four fit the bound and a fifth does not.
+    answers = [sched.add_session(spec(f"s{i}"), now) for i in range(1, 5)]
+    assert [a.admitted for a in answers] == [True, True, True, False]
+    assert answers[-1].utilisation == pytest.approx(0.90, rel=0.02)
 
 
 def test_session_limit() -> None:

@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from scheduler import CostModel
 
-from .helpers import calibrated
+from .helpers import affine_cost, calibrated
 
 
 def test_empty_model_uses_a_prior_that_rewards_batching() -> None:
@@ -63,6 +63,36 @@ def test_observe_learns_by_moving_average_and_pulls_other_sizes() -> None:
     # one step of the moving average at a size seen before
     model.observe("denoise", 4, 0.152)
     assert model.predict("denoise", 4) == pytest.approx(0.052 + model.alpha * 0.1, rel=1e-3)
+
+
+def test_a_calibration_off_at_every_size_is_corrected_at_every_size() -> None:
+    # A start-up run on a cold, busy process measured everything twice as slow as it is.
+    model = calibrated(0.020, 0.008)
+    truth = affine_cost()
+    for _ in range(60):
+        model.observe("denoise", 4, truth("denoise", 4))  # batches only ever run at size 4
+    for b in (1, 2, 6, 8, 16):  # sizes admission asks about, though none has run
+        assert model.predict("denoise", b) == pytest.approx(truth("denoise", b), rel=0.01)
+    assert model.predict("commit", 8) == pytest.approx(2 * truth("commit", 8))  # its own level
+
+
+def test_without_calibration_the_prior_shape_does_not_drag_a_measured_size() -> None:
+    # The prior's shape (half fixed) is a guess; a linear device does not follow it.
+    model = CostModel()
+    model.observe("denoise", 4, 0.008)
+    for _ in range(50):
+        model.observe("denoise", 1, 0.002)
+    assert model.predict("denoise", 1) == pytest.approx(0.002)
+    assert model.predict("denoise", 4) == pytest.approx(0.008, rel=0.1)
+
+
+def test_recalibrating_restarts_the_level() -> None:
+    model = calibrated()
+    for _ in range(20):
+        model.observe("denoise", 2, 0.1)
+    model.calibrate({("denoise", b): 0.010 + 0.004 * b for b in (1, 2, 4, 8)})
+    model.observe("denoise", 2, 0.018)  # exactly as calibrated: nothing else moves
+    assert model.predict("denoise", 8) == pytest.approx(0.042)
 
 
 def test_first_observation_of_a_size_is_taken_as_is() -> None:
