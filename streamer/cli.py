@@ -35,6 +35,8 @@ def _serve_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--bitrate", type=int, default=1_000_000, help="WebRTC start bitrate, bits/s")
     p.add_argument("--max-bitrate", type=int, default=3_000_000, help="WebRTC bitrate cap, bits/s")
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    p.add_argument("--threads", type=int, default=None,
+                   help="torch threads for the model (default: torch's choice, one per core)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -60,6 +62,13 @@ def serve_command(args: argparse.Namespace) -> int:
     logging.basicConfig(
         level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    if args.threads is not None:
+        if args.threads < 1:
+            print("streamer serve: error: --threads must be at least 1", file=sys.stderr)
+            return 2
+        import torch
+
+        torch.set_num_threads(args.threads)
     try:
         engine = build_engine(args)
     except (ValueError, OSError) as exc:  # ConfigError is a ValueError: bad weights, config or model name

@@ -109,3 +109,24 @@ def test_bad_arguments_exit_2(argv):
     with pytest.raises(SystemExit) as info:
         cli.main(argv)
     assert info.value.code == 2
+
+
+def test_serve_threads_must_be_positive(capsys):
+    assert cli.main(["serve", "--threads", "0"]) == 2
+    assert "--threads" in capsys.readouterr().err
+
+
+def test_serve_sets_torch_threads(monkeypatch):
+    import torch
+
+    before = torch.get_num_threads()
+
+    def stop(args):  # the engine is not needed: the thread count is set before it is built
+        raise ValueError("stop here")
+
+    monkeypatch.setattr("streamer.engine_factory.build_engine", stop)
+    try:
+        assert cli.main(["serve", "--threads", "1"]) == 2
+        assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(before)
