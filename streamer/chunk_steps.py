@@ -35,8 +35,9 @@ def denoise_step(
 
     After a sample's last step its next time is 0, so what comes back is its clean chunk.
     """
-    t = torch.tensor([ts[i] for ts, i in zip(timesteps, index, strict=True)])
-    t_next = torch.tensor([ts[i + 1] if i + 1 < len(ts) else 0.0 for ts, i in zip(timesteps, index, strict=True)])
+    steps = list(zip(timesteps, index, strict=True))
+    t = torch.tensor([ts[i] for ts, i in steps])
+    t_next = torch.tensor([ts[i + 1] if i + 1 < len(ts) else 0.0 for ts, i in steps])
     x0 = model.denoise(x, t, cond, pool.batch(slots))
     # Noise is drawn only once denoise has returned: the engine re-runs a failed batch item by
     # item, and a draw for the failed try would shift each session's random stream.
