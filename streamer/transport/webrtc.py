@@ -12,8 +12,10 @@ SDP), 403 (token), 404 (no such session), 415 (content type); a refusal by admis
 
 from __future__ import annotations
 
+import functools
 import logging
-from typing import Literal
+from collections.abc import Awaitable, Callable
+from typing import Literal, ParamSpec
 
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
@@ -28,6 +30,7 @@ from streamer.transport.sdp import CandidateInit, SdpError, parse_sdpfrag
 
 log = logging.getLogger(__name__)
 router = APIRouter()
+_P = ParamSpec("_P")
 
 
 class _Body(BaseModel):
@@ -67,6 +70,33 @@ class HttpError(Exception):
         return JSONResponse(body, status_code=self.status)
 
 
+def _error_responses(route: Callable[_P, Awaitable[Response]]) -> Callable[_P, Awaitable[Response]]:
+    """The one error mapping of every route here: an `HttpError` becomes its JSON error, a refusal
+    by admission (offers only) the 503 `refused` event with Retry-After."""
+
+    @functools.wraps(route)  # FastAPI reads the route's own signature through __wrapped__
+    async def answer(*args: _P.args, **kwargs: _P.kwargs) -> Response:
+        try:
+            return await route(*args, **kwargs)
+        except HttpError as exc:
+            return exc.response()
+        except Refused as exc:
+            body = RefusedEvent(reason=exc.reason, queue_position=exc.queue_position).model_dump()
+            return JSONResponse(body, status_code=503, headers={"Retry-After": "5"})
+
+    return answer
+
+
+def _invalid(exc: ValidationError) -> HttpError:
+    err = validation_error(exc, strip_tag=False)
+    return HttpError(400, err.code, err.message, err.field)
+
+
+def _require_media_type(request: Request, media_type: str, message: str) -> None:
+    if request.headers.get("content-type", "").split(";")[0].strip() != media_type:
+        raise HttpError(415, "unsupported_media_type", message)
+
+
 def _ctx(request: Request) -> TransportContext:
     return request.app.state.ctx
 
@@ -77,8 +107,7 @@ async def _json_body(request: Request, model: type[_Body]) -> _Body:
     except ProtocolError as exc:
         raise HttpError(413 if exc.code == "too_large" else 400, exc.code, exc.message, exc.field) from None
     except ValidationError as exc:
-        err = validation_error(exc, strip_tag=False)
-        raise HttpError(400, err.code, err.message, err.field) from None
+        raise _invalid(exc) from None
 
 
 async def _open_peer(
@@ -104,11 +133,6 @@ async def _open_peer(
     return peer
 
 
-def _refused(exc: Refused) -> JSONResponse:
-    body = RefusedEvent(reason=exc.reason, queue_position=exc.queue_position).model_dump()
-    return JSONResponse(body, status_code=503, headers={"Retry-After": "5"})
-
-
 def _peer(ctx: TransportContext, session_id: str, token: str | None) -> PeerSession:
     """The peer of `session_id`; with a token, only if it matches."""
     if token is not None:
@@ -122,22 +146,24 @@ def _peer(ctx: TransportContext, session_id: str, token: str | None) -> PeerSess
     return peer
 
 
+async def _add_candidates(peer: PeerSession, inits: list[CandidateInit]) -> tuple[int, int]:
+    try:
+        return await peer.add_candidates(inits)
+    except SdpError as exc:
+        raise HttpError(400, "invalid_candidate", str(exc), exc.field) from None
+
+
 def _bearer(request: Request) -> str | None:
     auth = request.headers.get("authorization", "")
     return auth[7:].strip() if auth.lower().startswith("bearer ") else request.query_params.get("token")
 
 
 @router.post("/v1/webrtc/offer")
+@_error_responses
 async def offer(request: Request) -> Response:
-    ctx = _ctx(request)
-    try:
-        req = await _json_body(request, OfferRequest)
-        assert isinstance(req, OfferRequest)
-        peer = await _open_peer(ctx, req.sdp, req.start, req.video.codec)
-    except HttpError as exc:
-        return exc.response()
-    except Refused as exc:
-        return _refused(exc)
+    req = await _json_body(request, OfferRequest)
+    assert isinstance(req, OfferRequest)
+    peer = await _open_peer(_ctx(request), req.sdp, req.start, req.video.codec)
     h = peer.session.handle  # type: ignore[union-attr]
     answer = {
         "sdp": peer.pc.localDescription.sdp, "type": "answer", "session_id": h.id, "token": h.token,
@@ -148,26 +174,20 @@ async def offer(request: Request) -> Response:
 
 
 @router.patch("/v1/webrtc/{session_id}")
+@_error_responses
 async def patch_candidates(session_id: str, request: Request) -> Response:
-    try:
-        req = await _json_body(request, PatchRequest)
-        assert isinstance(req, PatchRequest)
-        peer = _peer(_ctx(request), session_id, req.token)
-        inits = [CandidateInit(c.candidate, c.sdpMid, c.sdpMLineIndex) for c in req.candidates]
-        added, ignored = await peer.add_candidates(inits)
-    except HttpError as exc:
-        return exc.response()
-    except SdpError as exc:
-        return HttpError(400, "invalid_candidate", str(exc), exc.field).response()
+    req = await _json_body(request, PatchRequest)
+    assert isinstance(req, PatchRequest)
+    peer = _peer(_ctx(request), session_id, req.token)
+    inits = [CandidateInit(c.candidate, c.sdpMid, c.sdpMLineIndex) for c in req.candidates]
+    added, ignored = await _add_candidates(peer, inits)
     return JSONResponse({"added": added, "ignored": ignored})
 
 
 @router.delete("/v1/webrtc/{session_id}")
+@_error_responses
 async def delete_peer(session_id: str, request: Request) -> Response:
-    try:
-        peer = _peer(_ctx(request), session_id, _bearer(request) or "")
-    except HttpError as exc:
-        return exc.response()
+    peer = _peer(_ctx(request), session_id, _bearer(request) or "")
     await peer.close("deleted by client")
     return JSONResponse({"ended": session_id})
 
@@ -187,26 +207,19 @@ def _whep_start(request: Request) -> tuple[StartMessage, str | None]:
     try:
         return StartMessage.model_validate(values), codec
     except ValidationError as exc:
-        err = validation_error(exc, strip_tag=False)
-        raise HttpError(400, err.code, err.message, err.field) from None
+        raise _invalid(exc) from None
 
 
 @router.post("/v1/whep")
+@_error_responses
 async def whep_post(request: Request) -> Response:
-    ctx = _ctx(request)
+    _require_media_type(request, "application/sdp", "POST an SDP offer as application/sdp")
+    start, codec = _whep_start(request)
     try:
-        if request.headers.get("content-type", "").split(";")[0].strip() != "application/sdp":
-            raise HttpError(415, "unsupported_media_type", "POST an SDP offer as application/sdp")
-        start, codec = _whep_start(request)
-        try:
-            sdp = (await request.body()).decode("utf-8")
-        except UnicodeDecodeError:
-            raise HttpError(400, "invalid_sdp", "the body is not UTF-8", "sdp") from None
-        peer = await _open_peer(ctx, sdp, start, codec)
-    except HttpError as exc:
-        return exc.response()
-    except Refused as exc:
-        return _refused(exc)
+        sdp = (await request.body()).decode("utf-8")
+    except UnicodeDecodeError:
+        raise HttpError(400, "invalid_sdp", "the body is not UTF-8", "sdp") from None
+    peer = await _open_peer(_ctx(request), sdp, start, codec)
     h = peer.session.handle  # type: ignore[union-attr]
     headers = {
         "Location": f"/v1/whep/{h.id}",
@@ -218,26 +231,19 @@ async def whep_post(request: Request) -> Response:
 
 
 @router.patch("/v1/whep/{session_id}")
+@_error_responses
 async def whep_patch(session_id: str, request: Request) -> Response:
-    try:
-        if request.headers.get("content-type", "").split(";")[0].strip() != "application/trickle-ice-sdpfrag":
-            raise HttpError(415, "unsupported_media_type", "PATCH application/trickle-ice-sdpfrag")
-        peer = _peer(_ctx(request), session_id, None)
-        body = await request.body()
-        await peer.add_candidates(parse_sdpfrag(body.decode("utf-8", "replace")[:65536]))
-    except HttpError as exc:
-        return exc.response()
-    except SdpError as exc:
-        return HttpError(400, "invalid_candidate", str(exc), exc.field).response()
+    _require_media_type(request, "application/trickle-ice-sdpfrag", "PATCH application/trickle-ice-sdpfrag")
+    peer = _peer(_ctx(request), session_id, None)
+    body = await request.body()
+    await _add_candidates(peer, parse_sdpfrag(body.decode("utf-8", "replace")[:65536]))
     return Response(status_code=204)
 
 
 @router.delete("/v1/whep/{session_id}")
+@_error_responses
 async def whep_delete(session_id: str, request: Request) -> Response:
     """The resource URL is the capability (WHEP): session ids are random UUIDs, never listed."""
-    try:
-        peer = _peer(_ctx(request), session_id, None)
-    except HttpError as exc:
-        return exc.response()
+    peer = _peer(_ctx(request), session_id, None)
     await peer.close("whep delete")
     return Response(status_code=200)
