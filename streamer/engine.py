@@ -36,7 +36,6 @@ from .events import Chunk, Refused
 from .models.base import CausalVideoModel, Conditioning, PromptCond
 from .prompt_cache import PromptCache
 from .protocol import ControlMessage, StartMessage
-from .sampling import next_latent
 from .session import Session, SessionState
 from .session_control import apply_control
 
@@ -299,10 +298,3 @@ class Engine:
     def conditioning(self, prompts: list[PromptCond], actions: list[torch.Tensor],
                      controls: list[torch.Tensor]) -> Conditioning:
         return Conditioning(prompts=prompts, actions=torch.stack(actions), controls=torch.stack(controls))
-
-    def step_latents(self, x: torch.Tensor, x0: torch.Tensor, t: torch.Tensor, t_next: torch.Tensor,
-                     sessions: list[Session]) -> torch.Tensor:
-        noise = None
-        if self.cfg.sampler == "renoise":
-            noise = torch.stack([s.fresh_noise() for s in sessions])
-        return next_latent(x, x0, t, t_next, self.cfg.sampler, noise)
