@@ -1,6 +1,6 @@
 """`streamer` command line: `serve`, `client`, `protocol-schema`, and `eval` (the model evaluator).
 
-    streamer serve [--host 127.0.0.1] [--port 8000] [--model embedded] [--fps F] [--steps S] ...
+    streamer serve [--host 127.0.0.1] [--port 8000] [--model embedded] [--device cpu|cuda] [--fps F] ...
     streamer client --url http://H:P --transport ws|webrtc --prompt TEXT --frames N [--out F.mp4] --json
     streamer protocol-schema [--markdown]
     streamer eval ...            (streamer.models.embedded.evaluate_cli)
@@ -35,6 +35,9 @@ def _serve_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--bitrate", type=int, default=1_000_000, help="WebRTC start bitrate, bits/s")
     p.add_argument("--max-bitrate", type=int, default=3_000_000, help="WebRTC bitrate cap, bits/s")
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    p.add_argument("--device", choices=["cpu", "cuda"], default=None,
+                   help="where the model runs (default: the CPU for the embedded model; for wan-causal, "
+                        "the GPU when there is one)")  # fmt: skip
     p.add_argument("--threads", type=int, default=None,
                    help="torch threads for the model (default: torch's choice, one per core)")
 
@@ -71,7 +74,7 @@ def serve_command(args: argparse.Namespace) -> int:
         torch.set_num_threads(args.threads)
     try:
         engine = build_engine(args)
-    except (ValueError, OSError) as exc:  # ConfigError is a ValueError: bad weights, config or model name
+    except (ValueError, OSError) as exc:  # ConfigError, DeviceError are ValueErrors: bad weights, config, model, device
         print(f"streamer serve: error: {exc}", file=sys.stderr)
         return 2
     settings = ServerSettings(

@@ -8,14 +8,19 @@ from pathlib import Path
 import torch
 
 from .engine import Engine, EngineConfig
+from .models.device import resolve_device
 from .models.embedded.config import AutoencoderConfig, DiTConfig, EmbeddedConfig
 from .models.embedded.model import EmbeddedModel
 
 MODELS = ("embedded", "wan-causal")
 
 
-def tiny_embedded(seed: int = 0) -> EmbeddedModel:
-    """A tiny random embedded model (32x32 frames) for plumbing tests: fast, meaningless pixels."""
+def tiny_embedded(seed: int = 0, device: str | torch.device | None = None) -> EmbeddedModel:
+    """A tiny random embedded model (32x32 frames) for plumbing tests: fast, meaningless pixels.
+
+    The weights are drawn on the CPU and then moved, so every device gets the same model.
+    """
+    dev = resolve_device(device)
     torch.manual_seed(seed)
     cfg = EmbeddedConfig(
         autoencoder=AutoencoderConfig(image_size=32, enc_channels=16, dec_channels=16, dec_mid_channels=8),
@@ -29,33 +34,42 @@ def tiny_embedded(seed: int = 0) -> EmbeddedModel:
         last_conv = model.ae.decoder.net[-2]
         assert isinstance(last_conv, torch.nn.Conv2d)
         last_conv.weight.mul_(8.0)
-    return model
+    return model.to(dev)
 
 
-def build_model(name: str, config: str | None, weights: str | None):
+def build_model(name: str, config: str | None, weights: str | None, device: str | None = None):
+    """The model `streamer serve --model NAME` serves, on `device`.
+
+    `device` None is each model's own default: the CPU for the embedded model (it is built to run
+    live there), the GPU when there is one for Wan. A device this machine lacks is a DeviceError
+    (a ValueError) before any weight is read.
+    """
     if name == "embedded":
         if config == "tiny-random":
-            return tiny_embedded()
+            return tiny_embedded(device=device)
         if config is not None:
             raise ValueError(f"--config for the embedded model must be 'tiny-random', got {config!r}")
-        return EmbeddedModel.load(Path(weights) if weights else None)
+        return EmbeddedModel.load(Path(weights) if weights else None, device=device)
     if name == "wan-causal":
         # Guarded: needs the `wan` extra (diffusers, transformers); its ImportError says so.
         from .models.wan import WanCausalModel, tiny_random
 
+        if device is not None:
+            resolve_device(device)
         if config == "tiny-random":
-            return tiny_random()
+            return tiny_random(device=device)
         if config is not None:
             raise ValueError(f"--config for wan-causal must be 'tiny-random', got {config!r}")
         if not weights:
             raise ValueError("--model wan-causal needs --weights FOLDER (a local checkpoint folder) "
                              "or --config tiny-random")
-        return WanCausalModel.load(weights)
+        return WanCausalModel.load(weights, device=device)
     raise ValueError(f"unknown model {name!r}; choose from {MODELS}")
 
 
 def build_engine(args: argparse.Namespace) -> Engine:
-    model = build_model(args.model, getattr(args, "config", None), getattr(args, "weights", None))
+    model = build_model(args.model, getattr(args, "config", None), getattr(args, "weights", None),
+                        getattr(args, "device", None))
     bound = getattr(args, "utilisation_bound", None)
     cfg = EngineConfig(
         max_sessions=args.max_sessions or 8,

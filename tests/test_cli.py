@@ -14,6 +14,7 @@ from pathlib import Path
 import av
 import httpx
 import pytest
+import torch
 
 from streamer import cli
 from streamer.client_cli import run
@@ -111,14 +112,26 @@ def test_bad_arguments_exit_2(argv):
     assert info.value.code == 2
 
 
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the error a machine without CUDA gives")
+@pytest.mark.parametrize("extra", [[], ["--config", "tiny-random"]])
+def test_serve_device_cuda_without_cuda_exits_2(capsys, extra):
+    assert cli.main(["serve", "--device", "cuda", *extra]) == 2
+    err = capsys.readouterr().err
+    assert "streamer serve: error:" in err and "CUDA is not available" in err and "--device cpu" in err
+
+
+def test_serve_device_defaults_to_the_models_own():
+    assert cli.build_parser().parse_args(["serve"]).device is None
+    with pytest.raises(SystemExit):
+        cli.build_parser().parse_args(["serve", "--device", "tpu"])
+
+
 def test_serve_threads_must_be_positive(capsys):
     assert cli.main(["serve", "--threads", "0"]) == 2
     assert "--threads" in capsys.readouterr().err
 
 
 def test_serve_sets_torch_threads(monkeypatch):
-    import torch
-
     before = torch.get_num_threads()
 
     def stop(args):  # the engine is not needed: the thread count is set before it is built

@@ -247,14 +247,15 @@ class CausalDiT(nn.Module):
             + self.control_mlp(controls)
             + text["pooled"]  # (B, T or 1, D)
         )
-        rope = self.rope.angles(ctx.frame_positions())
+        # Contexts count positions on the host (cache lengths are Python ints); angles are made here.
+        rope = self.rope.angles(ctx.frame_positions().to(x.device))
         blocks = self.blocks_list()
 
         def run(tok: torch.Tensor, start: int, end: int, rows: list[int] | None = None) -> torch.Tensor:
             """Blocks [start, end) on all samples, or on the batch rows `rows` only."""
             cc, kv, rp, cx = c, text["kv"], rope, ctx
             if rows is not None:
-                idx = torch.tensor(rows)
+                idx = torch.tensor(rows, device=c.device)
                 cc, kv = c[idx], kv[idx]
                 rp, cx = (rope[0][idx], rope[1][idx]), ctx.subset(rows)
             for i in range(start, end):

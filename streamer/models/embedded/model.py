@@ -4,6 +4,11 @@ Wraps the autoencoder and the causal DiT: prompt text -> vocabulary tokens -> pe
 cross-attention K/V (once per prompt), batched denoise/commit over KV cache slots, and
 decode to uint8 frames. Loads the shipped safetensors with a config check that names the
 file and the field or key that does not match.
+
+Device placement follows the Wan adapter: weights, prompt tensors and the KV cache pool live
+on the model's device (CPU by default); the engine keeps latents, timesteps, actions and noise
+on the CPU, so every call moves its inputs to the device and returns its results on the
+input's device and dtype. The model computes in fp32 on every device (see docs/model.md).
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from ...cache.kv_pool import CacheBatch, KVCachePool, PoolLayout
 from ...cache.step_cache import FirstBlockCache
 from ..base import Conditioning, ModelSpec, PromptCond
 from ..checkpoint import check_state_dict
+from ..device import resolve_device, synchronize
 from . import vocab
 from .autoencoder import Autoencoder, to_uint8
 from .config import ConfigError, EmbeddedConfig
@@ -36,12 +42,16 @@ def prompt_tokens(text: str, max_tokens: int) -> tuple[torch.Tensor, list[str]]:
 
 class EmbeddedModel:
     def __init__(self, cfg: EmbeddedConfig, ae: Autoencoder | None = None, dit: CausalDiT | None = None,
-                 max_batch: int = 16):
+                 max_batch: int = 16, device: str | torch.device | None = None):
         self.cfg = cfg
         self.ae = (ae or Autoencoder(cfg.autoencoder)).eval()
         self.dit = (dit or CausalDiT(cfg.dit)).eval()
         # channels_last roughly halves the decoder's time on CPU (measured 5.9 -> 2.9 ms/frame).
         self.ae.decoder.to(memory_format=torch.channels_last)  # type: ignore[call-overload]
+        # None keeps the modules where they are (freshly built: the CPU).
+        self.device = next(self.dit.parameters()).device
+        if device is not None:
+            self.to(device)
         d, a = cfg.dit, cfg.autoencoder
         grid = a.image_size // a.downsample
         self.spec = ModelSpec(
@@ -69,10 +79,23 @@ class EmbeddedModel:
             frames_per_chunk=cfg.frames_per_chunk,
         )
 
+    def to(self, device: str | torch.device) -> EmbeddedModel:
+        """Move the weights to `device` (a pool made earlier stays where it was made)."""
+        self.device = resolve_device(device)
+        self.ae.to(self.device)
+        self.dit.to(self.device)
+        return self
+
     # -- loading ----------------------------------------------------------------------------
     @classmethod
-    def load(cls, weights: Path | str | None = None, max_batch: int = 16) -> EmbeddedModel:
-        """Load `<dir>/embedded.safetensors` + `<dir>/embedded.json` (default: the shipped ones)."""
+    def load(cls, weights: Path | str | None = None, max_batch: int = 16,
+             device: str | torch.device | None = None) -> EmbeddedModel:
+        """Load `<dir>/embedded.safetensors` + `<dir>/embedded.json` (default: the shipped ones).
+
+        `device` (default the CPU) is checked before the file is read, so a missing GPU is
+        reported as such rather than after the weights are loaded.
+        """
+        dev = resolve_device(device)
         path = Path(weights) if weights is not None else WEIGHTS_DIR
         if not path.exists():
             raise ConfigError(f"weights not found: {path} (no such file or folder)")
@@ -87,7 +110,7 @@ class EmbeddedModel:
             state = load_file(str(wfile))
         except Exception as exc:  # safetensors raises several types for corrupt files
             raise ConfigError(f"{wfile}: cannot read safetensors ({exc})") from exc
-        model = cls(cfg, max_batch=max_batch)
+        model = cls(cfg, max_batch=max_batch, device=dev)
         model.load_state(state, str(wfile))
         return model
 
@@ -112,12 +135,13 @@ class EmbeddedModel:
 
     # -- the model contract -------------------------------------------------------------------
     def new_pool(self, num_slots: int) -> KVCachePool:
-        return KVCachePool(self.layout, num_slots)
+        return KVCachePool(self.layout, num_slots, device=self.device)
 
     @torch.no_grad()
     def encode_prompt(self, texts: list[str]) -> list[PromptCond]:
+        """Prompt tensors stay on the model's device: every step of every session reads them."""
         toks, unknown = zip(*(prompt_tokens(t, self.cfg.dit.max_tokens) for t in texts), strict=True)
-        enc = self.dit.encode_text(torch.stack(toks))
+        enc = self.dit.encode_text(torch.stack(toks).to(self.device))
         return [
             PromptCond(text=t, tensors={"kv": enc["kv"][i], "pooled": enc["pooled"][i]}, unknown_words=u)
             for i, (t, u) in enumerate(zip(texts, unknown, strict=True))
@@ -125,24 +149,30 @@ class EmbeddedModel:
 
     def _text(self, prompts: list[PromptCond]) -> dict[str, torch.Tensor]:
         """Stack per-sample prompt tensors; one prompt is shared by all frames of a chunk."""
-        kv = torch.stack([p.tensors["kv"] for p in prompts])  # (B, depth, 2, H, L, Dh)
-        pooled = torch.stack([p.tensors["pooled"] for p in prompts])  # (B, D)
+        dev = self.device  # a no-op for prompts this model encoded
+        kv = torch.stack([p.tensors["kv"].to(dev) for p in prompts])  # (B, depth, 2, H, L, Dh)
+        pooled = torch.stack([p.tensors["pooled"].to(dev) for p in prompts])  # (B, D)
         return {"kv": kv[:, None], "pooled": pooled[:, None]}
 
     def _forward(self, x: torch.Tensor, t: torch.Tensor, cond: Conditioning, cache: CacheBatch,
                  runner: BlockRunner | None = None) -> torch.Tensor:
+        """x (B, F, C, h, w) and t (B,) on the model's device, fp32 -> velocity (B, F, C, h, w)."""
         b, f = x.shape[:2]
-        frame_t = t.float()[:, None].expand(b, f)
-        return self.dit(x, frame_t, self._text(cond.prompts), cond.actions, cond.controls, cache, runner)
+        frame_t = t[:, None].expand(b, f)
+        actions, controls = cond.actions.to(self.device), cond.controls.to(self.device, torch.float32)
+        return self.dit(x, frame_t, self._text(cond.prompts), actions, controls, cache, runner)
 
     @torch.no_grad()
     def denoise(self, x: torch.Tensor, t: torch.Tensor, cond: Conditioning, cache: CacheBatch) -> torch.Tensor:
-        """x (B, F, C, h, w) at times t (B,) -> x0 estimate (B, F, C, h, w)."""
+        """x (B, F, C, h, w) at times t (B,) -> x0 estimate (B, F, C, h, w), on x's device and dtype."""
         runner = None
-        if self.step_cache is not None and x.device.type == "cpu":
+        # The step cache decides per sample whether to skip the deep blocks: on a GPU that
+        # decision would stall the device for a host sync every step, so it runs on the CPU only.
+        if self.step_cache is not None and self.device.type == "cpu":
             runner = self.step_cache.runner(cache.slots)
-        v = self._forward(x, t, cond, cache, runner)
-        return x - t.view(-1, 1, 1, 1, 1).to(x.dtype) * v
+        xd, td = x.to(self.device, torch.float32), t.to(self.device, torch.float32)
+        v = self._forward(xd, td, cond, cache, runner)
+        return (xd - td.view(-1, 1, 1, 1, 1) * v).to(x.device, x.dtype)
 
     @torch.no_grad()
     def commit(self, x0: torch.Tensor, cond: Conditioning, cache: CacheBatch) -> None:
@@ -154,27 +184,34 @@ class EmbeddedModel:
         if not cache.commit:
             raise ValueError("commit() needs a cache batch made with commit=True")
         if not self.commit_reuse:
-            self._forward(x0, torch.zeros(x0.shape[0]), cond, cache)
+            xd = x0.to(self.device, torch.float32)
+            self._forward(xd, torch.zeros(xd.shape[0], device=self.device), cond, cache)
         rope = self.dit.rope
 
         def rotate_back(keys: torch.Tensor, frames: int) -> torch.Tensor:
             return rotate(keys, *rope.time_rotation(-float(frames)))
 
         cache.finish(rotate_back)
+        # commit returns nothing, so nothing would wait for its kernels: the engine would time
+        # this call at its launch cost and bill the rest to the next call (its cost model is
+        # per call kind). Denoise and decode wait anyway, when their result moves back.
+        synchronize(self.device)
 
     @torch.no_grad()
     def decode(self, x0: torch.Tensor) -> torch.Tensor:
-        """x0 (B, F, C, h, w) -> uint8 frames (B, F, H, W, 3)."""
+        """x0 (B, F, C, h, w) -> uint8 frames (B, F, H, W, 3) on x0's device (the engine's: the CPU)."""
         b, f = x0.shape[:2]
-        z = (x0.reshape(b * f, *x0.shape[2:]) / self.cfg.latent_scale).contiguous(
+        xd = x0.to(self.device, torch.float32)
+        z = (xd.reshape(b * f, *xd.shape[2:]) / self.cfg.latent_scale).contiguous(
             memory_format=torch.channels_last
         )
-        img = to_uint8(self.ae.decoder(z))
-        return img.reshape(b, f, *img.shape[1:])
+        img = to_uint8(self.ae.decoder(z))  # uint8 before the copy back: a quarter of the bytes
+        return img.reshape(b, f, *img.shape[1:]).to(x0.device)
 
     @torch.no_grad()
     def encode_frames(self, frames: torch.Tensor) -> torch.Tensor:
-        """uint8 (N, H, W, 3) -> latents (N, C, h, w), scaled to unit variance."""
+        """uint8 (N, H, W, 3) -> latents (N, C, h, w) fp32 on frames' device, scaled to unit variance."""
         from .autoencoder import to_unit
 
-        return self.ae.encoder(to_unit(frames)) * self.cfg.latent_scale
+        z = self.ae.encoder(to_unit(frames.to(self.device))) * self.cfg.latent_scale
+        return z.to(frames.device)
