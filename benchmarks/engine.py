@@ -5,7 +5,8 @@ session fps: `--fps`, or the rate one calibration at the start picks (as `stream
 shared by every run so that admission and fps never differ by calibration noise. For each session
 count: aggregate frames/s, per-session fps, chunk deadline-miss rate (over admitted sessions),
 time to first chunk p50/p99, and model FLOPs utilisation (model FLOPs per frame x frames/s,
-against a 1024-wide fp32 matmul peak measured in the same run).
+against an fp32 matmul peak measured on the same device in the same run: 1024-wide on the CPU,
+8192-wide with TF32 off on a GPU, the precision the model computes in).
 
 Each run also measures `saturated_fps`: the same number of sessions, all admitted, with no
 deadlines that could be met (a 1000 fps target) and no degrading, so the device runs flat out.
@@ -14,15 +15,19 @@ admission let in.
 
     python benchmarks/engine.py --quick --json      # 8 sessions, ~20 s per mode
     python benchmarks/engine.py                     # 1, 2, 4, 8, 16 sessions x 30 s -> results/engine.json
+    python benchmarks/engine.py --device cuda       # the same on a GPU -> results/engine_gpu.json
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import os
 import platform
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -31,24 +36,46 @@ from torch.utils.flop_counter import FlopCounterMode
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+import kernels  # noqa: E402
 from benchmarks.common import RESULTS, emit_result  # noqa: E402
 from streamer.calibration import calibrate, sustainable_fps  # noqa: E402
 from streamer.engine import Engine, EngineConfig  # noqa: E402
 from streamer.engine_factory import build_model  # noqa: E402
 from streamer.events import Chunk, Refused  # noqa: E402
 from streamer.models.base import Conditioning  # noqa: E402
+from streamer.models.device import DeviceError, resolve_device, synchronize  # noqa: E402
 from streamer.models.embedded import vocab  # noqa: E402
 from streamer.protocol import StartMessage  # noqa: E402
 
 
-def matmul_peak_gflops(n: int = 1024, seconds: float = 2.0) -> float:
-    a, b = torch.randn(n, n), torch.randn(n, n)
-    a @ b
+def matmul_peak_gflops(device: torch.device, n: int, seconds: float = 2.0) -> float:
+    """fp32 n x n matmul GFLOP/s on `device`. On CUDA each product is waited for, so the count
+    is what the device finished (an 8192-wide fp32 product takes ~20 ms: the wait is noise)."""
+    a, b = torch.randn(n, n, device=device), torch.randn(n, n, device=device)
+    for _ in range(3):
+        a @ b
+    synchronize(device)
     count, start = 0, time.perf_counter()
     while time.perf_counter() - start < seconds:
         a @ b
+        synchronize(device)
         count += 1
     return 2 * n**3 * count / (time.perf_counter() - start) / 1e9
+
+
+@contextlib.contextmanager
+def reference_kernels() -> Iterator[None]:
+    """Run kernels/ through the PyTorch references, whose attention the FLOP counter can see
+    (a Triton launch is invisible to it), so the count is the same on every device."""
+    old = os.environ.get("STREAMER_KERNELS")
+    os.environ["STREAMER_KERNELS"] = "reference"
+    try:
+        yield
+    finally:
+        if old is None:
+            del os.environ["STREAMER_KERNELS"]
+        else:
+            os.environ["STREAMER_KERNELS"] = old
 
 
 def flops_per_frame(model, steps: int) -> float:
@@ -62,7 +89,7 @@ def flops_per_frame(model, steps: int) -> float:
     x = torch.randn(1, *spec.latent_shape)
     for _ in range(spec.window_frames // f + 1):  # a full cache window, the steady state
         model.commit(x, cond, pool.batch([slot], commit=True))
-    with FlopCounterMode(display=False) as counter:
+    with reference_kernels(), FlopCounterMode(display=False) as counter:
         for _ in range(steps):
             model.denoise(x, torch.tensor([0.5]), cond, pool.batch([slot]))
         model.commit(x, cond, pool.batch([slot], commit=True))
@@ -173,20 +200,47 @@ def main() -> int:
     ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
-    if args.device != "cpu":
-        print("this benchmark runs the embedded model on the CPU only so far", file=sys.stderr)
+    try:
+        device = resolve_device(args.device)
+    except DeviceError as exc:
+        print(f"benchmarks/engine.py: {exc}", file=sys.stderr)
         return 2
     sessions = args.sessions or ([8] if args.quick else [1, 2, 4, 8, 16])
     seconds = args.seconds or (20.0 if args.quick else 30.0)
     saturated_s = args.saturated_seconds or (5.0 if args.quick else 10.0)
-    model = build_model(args.model, args.config, None)
+    model = build_model(args.model, args.config, None, args.device)
     spec, steps = model.spec, model.spec.default_steps
-    peak = matmul_peak_gflops()
+    peak_n = 8192 if device.type == "cuda" else 1024
+    peak = matmul_peak_gflops(device, peak_n)
     fpf = flops_per_frame(model, steps)
     calibration = calibrate_once(model, steps, max(sessions))
     fps = args.fps or sustainable_fps(calibration, steps, spec.frames_per_chunk, spec.fps,
                                       EngineConfig.utilisation_bound)  # fmt: skip
-    runs = []
+    out = args.out or (None if args.quick else RESULTS / ("engine_gpu.json" if device.type == "cuda" else "engine.json"))
+    result = {
+        "runs": [],
+        "fps": fps,
+        "fps_source": "--fps" if args.fps else "one calibration, shared by every run",
+        "calibration_ms": {f"{kind}@{b}": round(v * 1e3, 3) for (kind, b), v in sorted(calibration.items())},
+        "machine": {"cpu": platform.processor() or platform.machine(), "threads": torch.get_num_threads()},
+        "device": device.type,
+        "gpu": torch.cuda.get_device_name(device) if device.type == "cuda" else None,
+        "versions": {"torch": torch.__version__, "cuda": torch.version.cuda, "python": platform.python_version()},
+        "kernels": kernels.backend(device).reason,
+        "model_dtype": "float32",
+        # torch's defaults, not changed here: fp32 matmuls (TF32 off); cuDNN convolutions may use TF32.
+        "tf32": {"matmul": torch.backends.cuda.matmul.allow_tf32, "cudnn_conv": torch.backends.cudnn.allow_tf32},
+        "matmul_peak_gflops": peak,
+        "matmul_peak_dtype": "float32" + (" (TF32 off)" if device.type == "cuda" and
+                                          not torch.backends.cuda.matmul.allow_tf32 else ""),  # fmt: skip
+        "matmul_peak_n": peak_n,
+        "model_gflops_per_frame": fpf / 1e9,
+        "seconds_per_mode": seconds,
+        "saturated_seconds_per_mode": saturated_s,
+        "sessions_planned": sessions,
+        "complete": False,
+    }
+    runs: list[dict] = result["runs"]
     for n in sessions:
         for mode in ("deadline", "serial"):
             r = asyncio.run(run_mode(model, mode, n, seconds, fps, args.stagger, calibration))
@@ -196,25 +250,14 @@ def main() -> int:
             print(f"{r['mode']:>8} n={n:>2} fps={fps:g} admitted={r['admitted']:>2} agg={r['aggregate_fps']:6.1f} "
                   f"fps miss={r['miss_rate']:.3f} ttff p50={r['ttff_p50_s']} mfu={r['mfu']:.2f} "
                   f"saturated={r['saturated_fps']:6.1f} fps", file=sys.stderr)  # fmt: skip
-    result = {
-        "runs": runs,
-        "fps": fps,
-        "fps_source": "--fps" if args.fps else "one calibration, shared by every run",
-        "calibration_ms": {f"{kind}@{b}": round(v * 1e3, 3) for (kind, b), v in sorted(calibration.items())},
-        "machine": {"cpu": platform.processor() or platform.machine(), "threads": torch.get_num_threads()},
-        "matmul_peak_gflops": peak,
-        "model_gflops_per_frame": fpf / 1e9,
-        "seconds_per_mode": seconds,
-        "saturated_seconds_per_mode": saturated_s,
-    }
-    for n in sessions:
-        b = next(r for r in runs if r["sessions"] == n and r["mode"] == "batched")
-        s = next(r for r in runs if r["sessions"] == n and r["mode"] == "baseline")
+        b, s = runs[-2], runs[-1]
         result.setdefault("ratios", {})[str(n)] = {
             "aggregate_fps_batched_over_baseline": b["aggregate_fps"] / max(s["aggregate_fps"], 1e-9),
             "saturated_fps_batched_over_baseline": b["saturated_fps"] / max(s["saturated_fps"], 1e-9),
         }
-    out = args.out or (None if args.quick else RESULTS / "engine.json")
+        result["complete"] = n == sessions[-1]
+        if out is not None and not result["complete"]:
+            emit_result(result, out, False)  # a run stopped by a time limit keeps the counts it finished
     emit_result(result, out, args.json)
     return 0
 

@@ -1,0 +1,133 @@
+#!/usr/bin/env bash
+# One GPU measurement session as one command (see docs/benchmarks.md, "GPU session").
+#
+#   bash benchmarks/gpu_session.sh wheels   # on a machine with PyPI: the packages the GPU image
+#                                           # lacks, as wheels in .whl/ (git-ignored)
+#   bash benchmarks/gpu_session.sh          # on the GPU machine, with .whl/ carried beside the tree
+#
+# The GPU machine has no network and no copy of .venv: it runs its own python3 (torch with CUDA,
+# Triton, numpy, safetensors, prometheus-client, transformers, pytest) with the repository on
+# PYTHONPATH, plus the wheels from .whl/ unpacked into /tmp/site (pydantic and its parts for the
+# engine, diffusers for the Wan benchmark). Nothing is built and nothing is downloaded there.
+#
+# Steps, in order, each with its own timeout, each run whatever the one before returned:
+#   device tests      tests/models/test_device.py (the CUDA model against the CPU model)
+#   engine quick      benchmarks/engine.py --device cuda --quick, 10 s windows (8 sessions, batched
+#                     vs baseline); on a failure, once more with STREAMER_KERNELS=reference (torch
+#                     references, no Triton), and then the sweep runs on those too
+#   engine sweep      benchmarks/engine.py --device cuda, 1, 2, 4, 8, 16 sessions, windows sized to
+#                     the time left -> benchmarks/results/engine_gpu.json
+#   kernels           benchmarks/kernels_gpu.py --quick
+#   wan               benchmarks/wan_gpu.py --quick --text-encoder small (Wan2.1-1.3B shapes,
+#                     random bf16 weights: no checkpoint needed)
+# The whole session stays under GPU_SESSION_BUDGET_S (default 510 s). Everything lands in $OUT
+# (at most 8 files: session.log, summary.txt and the result JSONs) and in benchmarks/results/.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+
+if [ "${1:-}" = "wheels" ]; then
+  # Versions are the ones the CPU test suite runs with; the GPU image runs Python 3.12 on x86-64.
+  # pydantic-core is compiled: the platform list is the one pip needs to pick a manylinux wheel.
+  start=$(date +%s)
+  rm -rf .whl && mkdir -p .whl
+  python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+    --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_17_x86_64 \
+    --platform manylinux2014_x86_64 --platform manylinux1_x86_64 -d .whl \
+    pydantic==2.14.4 pydantic-core==2.50.5 annotated-types==0.8.0 typing-inspection==0.4.5 \
+    typing-extensions==4.16.0 diffusers==0.42.1 importlib-metadata==10.2.0 lazy-importer==0.1.0 zipp==4.1.2 || exit 1
+  ls -la .whl
+  echo "wheels: $(du -sh .whl | cut -f1) in $(( $(date +%s) - start )) s; carry \".whl\" in the run"
+  exit 0
+fi
+
+OUT=${OUT:-$ROOT/gpu-session-out}
+mkdir -p "$OUT" benchmarks/results
+LOG=$OUT/session.log
+SUMMARY=$OUT/summary.txt
+: >"$SUMMARY"
+START=$(date +%s)
+BUDGET=${GPU_SESSION_BUDGET_S:-510}
+PY=${PYTHON:-python3}
+SITE=${GPU_SESSION_SITE:-/tmp/site}
+export PYTHONUNBUFFERED=1
+
+left() { echo $(( START + BUDGET - $(date +%s) )); }
+
+# step NAME MAX_SECONDS CMD...: run CMD with a timeout of min(MAX_SECONDS, time left), output to
+# the log; one line per step in the summary. Returns CMD's status (124: timed out; 99: no time).
+step() {
+  local name=$1 max=$2 t rc s
+  shift 2
+  t=$(left)
+  (( max < t )) && t=$max
+  if (( t < 30 )); then
+    echo "$name: skipped, $(left) s of the budget left" | tee -a "$SUMMARY"
+    return 99
+  fi
+  echo "== $name (timeout ${t} s): $*" | tee -a "$LOG"
+  s=$(date +%s)
+  timeout -k 10 "$t" "$@" >>"$LOG" 2>&1
+  rc=$?
+  echo "$name: rc=$rc in $(( $(date +%s) - s )) s$([ "$rc" = 124 ] && echo ' (timed out)')" | tee -a "$SUMMARY"
+  return $rc
+}
+
+{
+  echo "== environment"
+  date -u
+  nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv 2>&1
+  "$PY" -c "import sys, torch; print(sys.executable, sys.version.split()[0], 'torch', torch.__version__,
+'cuda', torch.version.cuda, 'available', torch.cuda.is_available())" 2>&1
+} >>"$LOG"
+
+if ls .whl/*.whl >/dev/null 2>&1; then
+  "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$SITE" \
+    .whl/*.whl >>"$LOG" 2>&1 || echo "wheels: install failed (see session.log)" | tee -a "$SUMMARY"
+  export PYTHONPATH=$SITE:$ROOT
+else
+  echo "wheels: no .whl/ (run 'bash benchmarks/gpu_session.sh wheels' here and carry .whl): the engine needs pydantic" \
+    | tee -a "$SUMMARY"
+  export PYTHONPATH=$ROOT
+fi
+
+step "device tests" 60 "$PY" -m pytest -q -p no:cacheprovider tests/models/test_device.py
+
+# A short 8-session comparison first: if Triton fails here, the rest runs on the torch kernels.
+QUICK=(--device cuda --quick --json --seconds 10 --saturated-seconds 4)
+if ! step "engine quick" 120 "$PY" benchmarks/engine.py "${QUICK[@]}" --out benchmarks/results/engine_gpu_quick.json
+then
+  if STREAMER_KERNELS=reference step "engine quick, torch kernels" 120 "$PY" benchmarks/engine.py "${QUICK[@]}" \
+      --out benchmarks/results/engine_gpu_quick_reference.json; then
+    export STREAMER_KERNELS=reference
+    echo "engine sweep: runs with STREAMER_KERNELS=reference" | tee -a "$SUMMARY"
+  fi
+fi
+
+# The sweep gets the time left after keeping 230 s for the kernels and Wan, at most 240 s:
+# 10 runs (5 session counts x 2 modes), each a paced window and a flat-out window a third as
+# long, and up to 60 s of set-up (model, matmul peak, FLOP count, one calibration up to batch 16).
+# engine.py rewrites its JSON after every session count, so a timeout keeps the counts done.
+sweep=$(( $(left) - 230 ))
+(( sweep > 240 )) && sweep=240
+per_run=$(( (sweep - 60) / 10 ))
+if (( per_run >= 10 )); then
+  paced=$(( per_run * 3 / 4 )) flat=$(( per_run / 4 ))
+  step "engine sweep" "$sweep" "$PY" benchmarks/engine.py --device cuda --json --sessions 1 2 4 8 16 \
+    --seconds "$paced" --saturated-seconds "$flat" --out benchmarks/results/engine_gpu.json
+else
+  echo "engine sweep: skipped, ${sweep} s left for it" | tee -a "$SUMMARY"
+fi
+unset STREAMER_KERNELS
+
+step "kernels" 100 "$PY" benchmarks/kernels_gpu.py --quick --out benchmarks/results/kernels_gpu.json
+step "wan" 150 "$PY" benchmarks/wan_gpu.py --quick --text-encoder small --out benchmarks/results/wan_gpu.json
+
+for f in engine_gpu_quick.json engine_gpu_quick_reference.json engine_gpu.json kernels_gpu.json wan_gpu.json; do
+  [ -f "benchmarks/results/$f" ] && cp "benchmarks/results/$f" "$OUT/"
+done
+echo "total: $(( $(date +%s) - START )) s" | tee -a "$SUMMARY"
+echo "== summary"
+cat "$SUMMARY"
+echo "== end of session.log"
+tail -n 60 "$LOG"
