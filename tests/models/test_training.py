@@ -3,6 +3,7 @@
 import json
 
 import numpy as np
+import pytest
 import torch
 
 from streamer.engine_factory import tiny_embedded
@@ -44,3 +45,13 @@ def test_training_script_runs_checkpoints_and_resumes(tmp_path):
     assert json.loads((tmp_path / "export" / "dit_step.json").read_text())["step"] == 4
     log = [json.loads(line) for line in (tmp_path / "run" / "dit_log.jsonl").read_text().splitlines()]
     assert [e["step"] for e in log] == [1, 2, 3, 4]
+
+
+def test_cooldown_brings_the_learning_rate_down_to_the_last_step(tmp_path):
+    tiny_embedded().cfg.save(tmp_path / "tiny.json")
+    main(["--run-dir", str(tmp_path / "run"), "--export", str(tmp_path / "export"), "--ae-steps", "2",
+          "--config", str(tmp_path / "tiny.json"), "--batch", "2", "--threads", "1", "--ckpt-minutes", "0",
+          "--dit-steps", "4", "--cooldown-steps", "4", "--lr", "1e-3"])
+    opt = torch.load(tmp_path / "run" / "dit.pt", weights_only=False)["opt"]
+    # The rate of the last step taken: warm-up factor 4/200, cool-down factor 1/4.
+    assert opt["param_groups"][0]["lr"] == pytest.approx(1e-3 * (4 / 200) * (1 / 4))

@@ -165,7 +165,7 @@ def dit_loss(dit: CausalDiT, data: dict[str, torch.Tensor], cfg: EmbeddedConfig)
 
 
 def train_dit(model: EmbeddedModel, run: Path, steps: int, batch: int, seed: int,
-              minutes_per_ckpt: float, export: Path, lr: float) -> None:
+              minutes_per_ckpt: float, export: Path, lr: float, cooldown: int = 0) -> None:
     cfg, dit = model.cfg, model.dit
     ema = copy.deepcopy(dit).eval()
     for p in ema.parameters():
@@ -194,8 +194,11 @@ def train_dit(model: EmbeddedModel, run: Path, steps: int, batch: int, seed: int
     while step < steps:
         data = sampler.sample(batch)
         warm = min(1.0, (step - fresh_opt_step + 1) / 200)
+        # Warmup-stable-decay: a linear cool-down over the last `cooldown` steps lands the weights
+        # in a lower loss than the constant rate's noise floor; a later run warms up again from them.
+        cool = min(1.0, (steps - step) / cooldown) if cooldown > 0 else 1.0
         for g in opt.param_groups:
-            g["lr"] = lr * warm
+            g["lr"] = lr * warm * cool
         loss = dit_loss(dit, data, cfg)
         opt.zero_grad(set_to_none=True)
         loss.backward()
@@ -240,6 +243,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--ckpt-minutes", type=float, default=3.0)
+    ap.add_argument("--cooldown-steps", type=int, default=0,
+                    help="the learning rate falls linearly to zero over the last N of --dit-steps")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
@@ -262,7 +267,8 @@ def main(argv: list[str] | None = None) -> None:
     model = EmbeddedModel(cfg, ae=ae)
     torch.manual_seed(args.seed)
     model.dit = CausalDiT(cfg.dit)
-    train_dit(model, args.run_dir, args.dit_steps, args.batch, args.seed, args.ckpt_minutes, args.export, args.lr)
+    train_dit(model, args.run_dir, args.dit_steps, args.batch, args.seed, args.ckpt_minutes, args.export, args.lr,
+              args.cooldown_steps)
 
 
 if __name__ == "__main__":
