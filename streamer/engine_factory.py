@@ -54,8 +54,6 @@ def build_model(name: str, config: str | None, weights: str | None, device: str 
         # Guarded: needs the `wan` extra (diffusers, transformers); its ImportError says so.
         from .models.wan import WanCausalModel, tiny_random
 
-        if device is not None:
-            resolve_device(device)
         if config == "tiny-random":
             return tiny_random(device=device)
         if config is not None:

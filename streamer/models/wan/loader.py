@@ -28,6 +28,7 @@ from diffusers.models.transformers.transformer_wan import WanRotaryPosEmbed
 from safetensors.torch import load_file
 
 from ..checkpoint import check_state_dict
+from ..device import resolve_device
 from .config import CausalConfig, WanLoadError
 from .convert import is_original_layout, to_diffusers, unwrap
 from .text import PromptEncoder
@@ -37,7 +38,8 @@ ORIGINAL_SUFFIXES = (".safetensors", ".pt", ".pth", ".bin")
 
 
 def default_device_dtype(device=None, dtype=None) -> tuple[torch.device, torch.dtype]:
-    dev = torch.device(device) if device is not None else torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    """`device` checked (a DeviceError names what is missing), default the GPU when there is one."""
+    dev = resolve_device(device, "cuda" if torch.cuda.is_available() else "cpu")
     return dev, dtype or (torch.bfloat16 if dev.type == "cuda" else torch.float32)
 
 
