@@ -20,6 +20,12 @@ from .protocol import (
 from .session import Session, SessionState
 
 ACTION_NAMES = ("none", "left", "right", "up", "down")  # action id = index (the protocol's order)
+# message type -> (the state a session must be in, the state it moves to); the scheduler
+# method of the same name as the message type pauses or resumes its clock.
+PAUSE_RESUME = {
+    "pause": (SessionState.STREAMING, SessionState.PAUSED),
+    "resume": (SessionState.PAUSED, SessionState.STREAMING),
+}
 
 
 def apply_control(session: Session, msg: ControlMessage, prompts: PromptCache, scheduler: SchedulerBase,
@@ -43,12 +49,10 @@ def apply_control(session: Session, msg: ControlMessage, prompts: PromptCache, s
         session.reseed(msg.seed)
         return {"type": "seed", "applies_from_chunk": session.next_chunk_index()}
     if isinstance(msg, PauseMessage | ResumeMessage):
-        pausing = isinstance(msg, PauseMessage)
-        before, after = (SessionState.STREAMING, SessionState.PAUSED) if pausing else (
-            SessionState.PAUSED, SessionState.STREAMING)
+        before, after = PAUSE_RESUME[msg.type]
         if session.state is not before:
             raise ControlError("type", f"cannot {msg.type} a session that is {session.state.value}", "invalid_state")
         session.transition(after)
-        (scheduler.pause if pausing else scheduler.resume)(session.id, now)
+        getattr(scheduler, msg.type)(session.id, now)
         return {"type": msg.type}
     raise ControlError("type", f"'{getattr(msg, 'type', '?')}' is not an engine control message", "unknown_type")
