@@ -160,7 +160,7 @@ class Engine:
     def _open(self, params: StartMessage, sink: ChunkSink) -> SessionHandle:
         sid = str(uuid.uuid4())
         steps = params.steps or self.steps
-        spec = SessionSpec(sid, self.fps, self.spec.frames_per_chunk, steps)
+        spec = SessionSpec(sid, self.fps, self.spec.frames_per_chunk, steps, self.spec.step_floor(steps))
         adm: Admission = self.scheduler.add_session(spec, self.clock())
         if not adm.admitted:
             raise Refused(adm.reason, adm.queue_position)

@@ -3,6 +3,8 @@ take effect from the next chunk, failures stay inside their own session."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -14,7 +16,9 @@ from tests.engine_helpers import Collector, run_sessions
 
 
 def make_engine(**kw) -> Engine:
-    cfg = dict(max_sessions=4, fps=8.0, degrade=False, calibrate=True)
+    # Admission by cache slots only: these tests are about behaviour, and a utilisation bound
+    # would make them depend on how fast this (shared, noisy) machine runs the model today.
+    cfg = dict(max_sessions=4, fps=8.0, degrade=False, calibrate=True, utilisation_bound=1e9)
     cfg.update(kw)
     return Engine(tiny_embedded(), EngineConfig(**cfg))
 
@@ -113,6 +117,21 @@ async def test_pause_and_resume_are_state_checked():
         await sink.wait_chunks(2)
         with pytest.raises(KeyError):
             await engine.control("no-such-session", PauseMessage())
+    finally:
+        await engine.stop()
+
+
+@pytest.mark.parametrize(("floor", "steps", "expected"), [(None, None, 4), (None, 3, 3), (2, None, 2), (2, 1, 1)])
+async def test_overload_step_floor_comes_from_the_model(floor, steps, expected):
+    """Sessions may only be cut to the model's `degrade_min_steps` (none: keep every step, shed fps)."""
+    model = tiny_embedded()
+    model.spec = dataclasses.replace(model.spec, degrade_min_steps=floor)
+    engine = Engine(model, EngineConfig(max_sessions=2, fps=8.0, calibrate=True, utilisation_bound=1e9))
+    await engine.start()
+    try:
+        h = await engine.open_session(StartMessage(seed=0, steps=steps), Collector())
+        spec = engine.scheduler.session_spec(h.id)
+        assert (spec.steps, spec.min_steps) == (steps or model.spec.default_steps, expected)
     finally:
         await engine.stop()
 
