@@ -60,7 +60,8 @@ class EmbeddedConfig:
     sink_frames: int = 2
     window_frames: int = 4
     fps: float = 24.0
-    timesteps: tuple[float, ...] = (1.0, 0.75, 0.5, 0.25)
+    # Evenly spaced steps warped by shift 3 (t' = 3t / (1 + 2t)): see docs/model.md, "Sampling schedule".
+    timesteps: tuple[float, ...] = (1.0, 0.9, 0.75, 0.5)
     latent_scale: float = 1.0  # multiplies encoder output so latents have unit variance
 
     @property
