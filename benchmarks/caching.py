@@ -22,20 +22,13 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.common import RESULTS, emit_result  # noqa: E402
+from benchmarks.common import QUANT_PSNR, RESULTS, emit_result, psnr  # noqa: E402
 from streamer.cache.kv_pool import KVCachePool  # noqa: E402
 from streamer.cache.step_cache import FirstBlockCache  # noqa: E402
 from streamer.models.embedded import evaluate as ev  # noqa: E402
 from streamer.models.embedded.evaluate_cli import story_scripts  # noqa: E402
 from streamer.models.embedded.model import EmbeddedModel  # noqa: E402
 from streamer.models.embedded.rollout import rollout  # noqa: E402
-
-QUANT_PSNR = 10 * math.log10(255.0**2 * 12)  # uniform rounding error has variance 1/12
-
-
-def psnr(a: np.ndarray, b: np.ndarray) -> float:
-    mse = float(np.mean((a.astype(np.float64) - b.astype(np.float64)) ** 2))
-    return float("inf") if mse == 0 else 10 * math.log10(255.0**2 / mse)
 
 
 def configure(model: EmbeddedModel, name: str, threshold: float | None, pool: KVCachePool) -> None:

@@ -1,5 +1,6 @@
-"""Helpers the soak and capacity benchmarks share: a `streamer serve` subprocess, `/metrics`
-scraping, and the small statistics both report (percentiles, least-squares slopes).
+"""Helpers the benchmarks share: a `streamer serve` subprocess, `/metrics` scraping, the small
+statistics the soak and capacity benchmarks report (percentiles, least-squares slopes), and the
+PSNR that the caching and precision benchmarks compare frames by.
 
 No torch here: a benchmark that drives a server over the network must stay light, because on
 a 2-core machine every cycle it spends is taken from the server it measures.
@@ -8,6 +9,7 @@ a 2-core machine every cycle it spends is taken from the server it measures.
 from __future__ import annotations
 
 import json
+import math
 import os
 import shlex
 import signal
@@ -125,6 +127,17 @@ def slope_per_minute(times_s: Sequence[float], values: Sequence[float]) -> float
     if len(times_s) < 3 or np.ptp(times_s) <= 0:
         return None
     return round(float(np.polyfit(np.asarray(times_s) / 60.0, np.asarray(values, float), 1)[0]), 4)
+
+
+# The PSNR of 8-bit rounding noise (uniform error of variance 1/12): frames that differ only by
+# quantisation score this.
+QUANT_PSNR = 10 * math.log10(255.0**2 * 12)
+
+
+def psnr(a: np.ndarray, b: np.ndarray) -> float:
+    """PSNR in dB of uint8 frames `a` against `b` (inf when identical)."""
+    mse = float(np.mean((a.astype(np.float64) - b.astype(np.float64)) ** 2))
+    return float("inf") if mse == 0 else 10 * math.log10(255.0**2 / mse)
 
 
 def emit_result(result: dict, out: Path | None, print_json: bool) -> None:

@@ -5,8 +5,8 @@ session fps: `--fps`, or the rate one calibration at the start picks (as `stream
 shared by every run so that admission and fps never differ by calibration noise. For each session
 count: aggregate frames/s, per-session fps, chunk deadline-miss rate (over admitted sessions),
 time to first chunk p50/p99, and model FLOPs utilisation (model FLOPs per frame x frames/s,
-against an fp32 matmul peak measured on the same device in the same run: 1024-wide on the CPU,
-8192-wide with TF32 off on a GPU, the precision the model computes in).
+against a matmul peak measured on the same device in the same run, in the dtype the model's
+matmuls run in: 1024-wide on the CPU, 8192-wide on a GPU, fp32 there with TF32 off).
 
 Each run also measures `saturated_fps`: the same number of sessions, all admitted, with no
 deadlines that could be met (a 1000 fps target) and no degrading, so the device runs flat out.
@@ -16,6 +16,7 @@ admission let in.
     python benchmarks/engine.py --quick --json      # 8 sessions, ~20 s per mode
     python benchmarks/engine.py                     # 1, 2, 4, 8, 16 sessions x 30 s -> results/engine.json
     python benchmarks/engine.py --device cuda       # the same on a GPU -> results/engine_gpu.json
+    python benchmarks/engine.py --quick --precision bf16   # the embedded model in bf16 (docs/model.md)
 """
 
 from __future__ import annotations
@@ -43,15 +44,17 @@ from streamer.engine import Engine, EngineConfig  # noqa: E402
 from streamer.engine_factory import build_model  # noqa: E402
 from streamer.events import Chunk, Refused  # noqa: E402
 from streamer.models.base import Conditioning  # noqa: E402
-from streamer.models.device import DeviceError, resolve_device, synchronize  # noqa: E402
+from streamer.models.device import resolve_device, synchronize  # noqa: E402
 from streamer.models.embedded import vocab  # noqa: E402
+from streamer.models.embedded.model import EmbeddedModel  # noqa: E402
+from streamer.models.precision import DTYPES, PRECISIONS  # noqa: E402
 from streamer.protocol import StartMessage  # noqa: E402
 
 
-def matmul_peak_gflops(device: torch.device, n: int, seconds: float = 2.0) -> float:
-    """fp32 n x n matmul GFLOP/s on `device`. On CUDA each product is waited for, so the count
+def matmul_peak_gflops(device: torch.device, n: int, dtype: torch.dtype, seconds: float = 2.0) -> float:
+    """n x n matmul GFLOP/s in `dtype` on `device`. On CUDA each product is waited for, so the count
     is what the device finished (an 8192-wide fp32 product takes ~20 ms: the wait is noise)."""
-    a, b = torch.randn(n, n, device=device), torch.randn(n, n, device=device)
+    a, b = torch.randn(n, n, device=device, dtype=dtype), torch.randn(n, n, device=device, dtype=dtype)
     for _ in range(3):
         a @ b
     synchronize(device)
@@ -61,6 +64,13 @@ def matmul_peak_gflops(device: torch.device, n: int, seconds: float = 2.0) -> fl
         synchronize(device)
         count += 1
     return 2 * n**3 * count / (time.perf_counter() - start) / 1e9
+
+
+def compute_dtype(model) -> torch.dtype:
+    """The dtype the model's matmuls run in: the embedded model's precision, Wan's weights' dtype."""
+    if isinstance(model, EmbeddedModel):
+        return DTYPES[model.precision]
+    return model.net.dtype
 
 
 @contextlib.contextmanager
@@ -198,20 +208,23 @@ def main() -> int:
     ap.add_argument("--model", default="embedded")
     ap.add_argument("--config", default=None)
     ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    ap.add_argument("--precision", default=None, choices=PRECISIONS,
+                    help="what the embedded model computes in (default fp32; see docs/model.md, Precision)")
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
     try:
         device = resolve_device(args.device)
-    except DeviceError as exc:
+        model = build_model(args.model, args.config, None, args.device, args.precision)
+    except ValueError as exc:  # DeviceError, PrecisionError: this machine lacks what was asked for
         print(f"benchmarks/engine.py: {exc}", file=sys.stderr)
         return 2
     sessions = args.sessions or ([8] if args.quick else [1, 2, 4, 8, 16])
     seconds = args.seconds or (20.0 if args.quick else 30.0)
     saturated_s = args.saturated_seconds or (5.0 if args.quick else 10.0)
-    model = build_model(args.model, args.config, None, args.device)
     spec, steps = model.spec, model.spec.default_steps
+    dtype = compute_dtype(model)
     peak_n = 8192 if device.type == "cuda" else 1024
-    peak = matmul_peak_gflops(device, peak_n)
+    peak = matmul_peak_gflops(device, peak_n, dtype)
     fpf = flops_per_frame(model, steps)
     calibration = calibrate_once(model, steps, max(sessions))
     fps = args.fps or sustainable_fps(calibration, steps, spec.frames_per_chunk, spec.fps,
@@ -227,12 +240,13 @@ def main() -> int:
         "gpu": torch.cuda.get_device_name(device) if device.type == "cuda" else None,
         "versions": {"torch": torch.__version__, "cuda": torch.version.cuda, "python": platform.python_version()},
         "kernels": kernels.backend(device).reason,
-        "model_dtype": "float32",
+        "model_dtype": str(dtype).removeprefix("torch."),
         # torch's defaults, not changed here: fp32 matmuls (TF32 off); cuDNN convolutions may use TF32.
         "tf32": {"matmul": torch.backends.cuda.matmul.allow_tf32, "cudnn_conv": torch.backends.cudnn.allow_tf32},
         "matmul_peak_gflops": peak,
-        "matmul_peak_dtype": "float32" + (" (TF32 off)" if device.type == "cuda" and
-                                          not torch.backends.cuda.matmul.allow_tf32 else ""),  # fmt: skip
+        "matmul_peak_dtype": str(dtype).removeprefix("torch.") + (
+            " (TF32 off)" if dtype == torch.float32 and device.type == "cuda" and
+            not torch.backends.cuda.matmul.allow_tf32 else ""),  # fmt: skip
         "matmul_peak_n": peak_n,
         "model_gflops_per_frame": fpf / 1e9,
         "seconds_per_mode": seconds,

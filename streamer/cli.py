@@ -1,6 +1,7 @@
 """`streamer` command line: `serve`, `client`, `protocol-schema`, and `eval` (the model evaluator).
 
-    streamer serve [--host 127.0.0.1] [--port 8000] [--model embedded] [--device cpu|cuda] [--fps F] ...
+    streamer serve [--host 127.0.0.1] [--port 8000] [--model embedded] [--device cpu|cuda]
+                   [--precision fp32|bf16] [--fps F] ...
     streamer client --url http://H:P --transport ws|webrtc --prompt TEXT --frames N [--out F.mp4] --json
     streamer protocol-schema [--markdown]
     streamer eval ...            (streamer.models.embedded.evaluate_cli)
@@ -38,6 +39,11 @@ def _serve_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", choices=["cpu", "cuda"], default=None,
                    help="where the model runs (default: the CPU for the embedded model; for wan-causal, "
                         "the GPU when there is one)")  # fmt: skip
+    # Checked by the model (streamer/models/precision.py), not by choices=: importing that list
+    # here would import torch for every subcommand.
+    p.add_argument("--precision", default=None, metavar="fp32|bf16",
+                   help="what the embedded model computes in (default fp32; bf16 needs a CPU or GPU "
+                        "with native bf16, see docs/model.md)")  # fmt: skip
     p.add_argument("--threads", type=int, default=None,
                    help="torch threads for the model (default: torch's choice, one per core)")
 

@@ -9,16 +9,19 @@ import torch
 
 from .engine import Engine, EngineConfig
 from .models.device import resolve_device
+from .models.embedded.autoencoder import Autoencoder
 from .models.embedded.config import AutoencoderConfig, DiTConfig, EmbeddedConfig
+from .models.embedded.dit import CausalDiT
 from .models.embedded.model import EmbeddedModel
 
 MODELS = ("embedded", "wan-causal")
 
 
-def tiny_embedded(seed: int = 0, device: str | torch.device | None = None) -> EmbeddedModel:
+def tiny_embedded(seed: int = 0, device: str | torch.device | None = None, precision: str = "fp32") -> EmbeddedModel:
     """A tiny random embedded model (32x32 frames) for plumbing tests: fast, meaningless pixels.
 
-    The weights are drawn on the CPU and then moved, so every device gets the same model.
+    The weights are drawn in fp32 on the CPU, then moved and cast, so every device and
+    precision gets the same model.
     """
     dev = resolve_device(device)
     torch.manual_seed(seed)
@@ -26,31 +29,38 @@ def tiny_embedded(seed: int = 0, device: str | torch.device | None = None) -> Em
         autoencoder=AutoencoderConfig(image_size=32, enc_channels=16, dec_channels=16, dec_mid_channels=8),
         dit=DiTConfig(latent_size=4, dim=32, depth=2, heads=2, text_layers=1),
     )
-    model = EmbeddedModel(cfg, max_batch=8)
+    ae, dit = Autoencoder(cfg.autoencoder), CausalDiT(cfg.dit)
     with torch.no_grad():  # adaLN-Zero starts at zero; make every input matter
-        for p in model.dit.parameters():
+        for p in dit.parameters():
             p.add_(torch.randn_like(p) * 0.2)
         # An untrained decoder maps everything to mid-grey; spread it so frames differ visibly.
-        last_conv = model.ae.decoder.net[-2]
+        last_conv = ae.decoder.net[-2]
         assert isinstance(last_conv, torch.nn.Conv2d)
         last_conv.weight.mul_(8.0)
-    return model.to(dev)
+    return EmbeddedModel(cfg, ae, dit, max_batch=8, device=dev, precision=precision)
 
 
-def build_model(name: str, config: str | None, weights: str | None, device: str | None = None):
-    """The model `streamer serve --model NAME` serves, on `device`.
+def build_model(name: str, config: str | None, weights: str | None, device: str | None = None,
+                precision: str | None = None):
+    """The model `streamer serve --model NAME` serves, on `device`, computing in `precision`.
 
     `device` None is each model's own default: the CPU for the embedded model (it is built to run
-    live there), the GPU when there is one for Wan. A device this machine lacks is a DeviceError
-    (a ValueError) before any weight is read.
+    live there), the GPU when there is one for Wan. A device this machine lacks is a DeviceError,
+    and a precision it cannot compute in natively a PrecisionError (both ValueErrors), before any
+    weight is read. `precision` None is fp32 for the embedded model; Wan computes in the dtype
+    its loader picks (bf16 on a GPU, fp32 on the CPU) and takes no `precision`.
     """
     if name == "embedded":
+        precision = precision or "fp32"
         if config == "tiny-random":
-            return tiny_embedded(device=device)
+            return tiny_embedded(device=device, precision=precision)
         if config is not None:
             raise ValueError(f"--config for the embedded model must be 'tiny-random', got {config!r}")
-        return EmbeddedModel.load(Path(weights) if weights else None, device=device)
+        return EmbeddedModel.load(Path(weights) if weights else None, device=device, precision=precision)
     if name == "wan-causal":
+        if precision is not None:
+            raise ValueError("--precision is for the embedded model; wan-causal computes in the dtype its "
+                             "loader picks (bf16 on a GPU, fp32 on the CPU; see docs/wan.md)")
         # Guarded: needs the `wan` extra (diffusers, transformers); its ImportError says so.
         from .models.wan import WanCausalModel, tiny_random
 
@@ -67,7 +77,7 @@ def build_model(name: str, config: str | None, weights: str | None, device: str 
 
 def build_engine(args: argparse.Namespace) -> Engine:
     model = build_model(args.model, getattr(args, "config", None), getattr(args, "weights", None),
-                        getattr(args, "device", None))
+                        getattr(args, "device", None), getattr(args, "precision", None))
     bound = getattr(args, "utilisation_bound", None)
     cfg = EngineConfig(
         max_sessions=args.max_sessions or 8,

@@ -143,3 +143,19 @@ def test_serve_sets_torch_threads(monkeypatch):
         assert torch.get_num_threads() == 1
     finally:
         torch.set_num_threads(before)
+
+
+@pytest.mark.parametrize(("model", "precision", "message"), [
+    ("embedded", "fp16", "precision must be one of fp32, bf16, got 'fp16'"),
+    ("wan-causal", "fp32", "--precision is for the embedded model"),
+])  # fmt: skip
+def test_serve_bad_precision_exits_2_naming_it(capsys, model, precision, message):
+    assert cli.main(["serve", "--model", model, "--config", "tiny-random", "--precision", precision]) == 2
+    err = capsys.readouterr().err
+    assert "streamer serve: error:" in err and message in err
+
+
+def test_serve_bf16_without_native_bf16_exits_2(capsys, monkeypatch):
+    monkeypatch.setattr(torch.cpu, "get_capabilities", lambda: {"architecture": "x86_64"})
+    assert cli.main(["serve", "--config", "tiny-random", "--precision", "bf16"]) == 2
+    assert "no native bf16" in capsys.readouterr().err

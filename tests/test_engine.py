@@ -7,34 +7,40 @@ import dataclasses
 
 import numpy as np
 import pytest
+import torch
 
 from streamer.engine import Engine, EngineConfig
 from streamer.engine_factory import tiny_embedded
 from streamer.events import ControlError, Refused
+from streamer.models.precision import native_bf16
 from streamer.protocol import PauseMessage, PromptMessage, ResumeMessage, StartMessage
 from tests.engine_helpers import Collector, run_sessions
 
 
-def make_engine(**kw) -> Engine:
+def make_engine(precision: str = "fp32", **kw) -> Engine:
     # Admission by cache slots only: these tests are about behaviour, and a utilisation bound
     # would make them depend on how fast this (shared, noisy) machine runs the model today.
     cfg = dict(max_sessions=4, fps=8.0, degrade=False, calibrate=True, utilisation_bound=1e9)
     cfg.update(kw)
-    return Engine(tiny_embedded(), EngineConfig(**cfg))
+    return Engine(tiny_embedded(precision=precision), EngineConfig(**cfg))
 
 
 def frames_of(sink: Collector, n: int) -> np.ndarray:
     return np.concatenate([c.frames for c in sink.chunks[:n]]).astype(np.int16)
 
 
-@pytest.mark.parametrize("scheduler", ["deadline", "serial"])
-async def test_batched_sessions_equal_sessions_alone(scheduler):
+@pytest.mark.parametrize(("scheduler", "precision"), [
+    ("deadline", "fp32"), ("serial", "fp32"),
+    pytest.param("deadline", "bf16", marks=pytest.mark.skipif(not native_bf16(torch.device("cpu")),
+                                                              reason="this CPU has no native bf16")),
+])  # fmt: skip
+async def test_batched_sessions_equal_sessions_alone(scheduler, precision):
     starts = [StartMessage(prompt=p, seed=i) for i, p in
               enumerate(["a red ball moving left on grass", "game: a blue character on sand", "avatar: tan skin"])]
-    together = await run_sessions(make_engine(scheduler=scheduler), starts, 4)
+    together = await run_sessions(make_engine(precision, scheduler=scheduler), starts, 4)
     assert max(c.chunk_index for c in together[0].chunks[:4]) == 3
     for i, start in enumerate(starts):
-        alone = await run_sessions(make_engine(), [start], 4)
+        alone = await run_sessions(make_engine(precision), [start], 4)
         # Same seed, same prompt: batching may only change float summation order.
         diff = np.abs(frames_of(together[i], 4) - frames_of(alone[0], 4))
         assert diff.max() <= 2, f"session {i} differs by {diff.max()} levels when batched"

@@ -19,6 +19,7 @@ import numpy as np
 import torch
 
 from ...sampling import SAMPLERS
+from ..precision import PRECISIONS
 from . import evaluate as ev
 from . import vocab
 from .model import EmbeddedModel
@@ -159,11 +160,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sampler", choices=SAMPLERS, default="euler")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--precision", choices=PRECISIONS, default="fp32",
+                    help="what the model computes in (bf16 needs native bf16: docs/model.md, Precision)")
     ap.add_argument("--out", type=Path, default=None, help="also write the JSON here")
     args = ap.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
-    model = EmbeddedModel.load(args.weights)
+    try:
+        model = EmbeddedModel.load(args.weights, precision=args.precision)
+    except ValueError as exc:  # ConfigError, PrecisionError: bad weights, or no native bf16 here
+        print(f"streamer eval: error: {exc}", file=sys.stderr)
+        return 2
     rng = np.random.default_rng(args.seed)
     n, chunks = (6, 8) if args.quick else (24, 12)
     started = time.perf_counter()
@@ -180,6 +187,7 @@ def main(argv: list[str] | None = None) -> int:
     res["frame_size"] = [model.spec.height, model.spec.width]
     res["steps"] = args.steps or model.spec.default_steps
     res["sampler"] = args.sampler
+    res["precision"] = args.precision
     res["eval_seconds"] = round(time.perf_counter() - started, 1)
     for key, value in res.items():
         if not isinstance(value, dict):
