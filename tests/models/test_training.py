@@ -55,3 +55,23 @@ def test_cooldown_brings_the_learning_rate_down_to_the_last_step(tmp_path):
     opt = torch.load(tmp_path / "run" / "dit.pt", weights_only=False)["opt"]
     # The rate of the last step taken: warm-up factor 4/200, cool-down factor 1/4.
     assert opt["param_groups"][0]["lr"] == pytest.approx(1e-3 * (4 / 200) * (1 / 4))
+
+
+def test_decoder_finetune_keeps_the_encoder_and_saves_back(tmp_path):
+    """The DiT's latent space must not move: only decoder weights change, in the exported model."""
+    from streamer.models.embedded.model import EmbeddedModel
+
+    model = tiny_embedded()
+    model.save(tmp_path / "export")
+    before = EmbeddedModel.load(tmp_path / "export")
+    main(["--run-dir", str(tmp_path / "run"), "--export", str(tmp_path / "export"), "--threads", "1",
+          "--ckpt-minutes", "0", "--decoder-steps", "3"])
+    after = EmbeddedModel.load(tmp_path / "export")
+    enc0, enc1 = before.ae.encoder.state_dict(), after.ae.encoder.state_dict()
+    assert all(torch.equal(enc0[k], enc1[k]) for k in enc0)
+    dec0, dec1 = before.ae.decoder.state_dict(), after.ae.decoder.state_dict()
+    assert any(not torch.equal(dec0[k], dec1[k]) for k in dec0)
+    dit0, dit1 = before.dit.state_dict(), after.dit.state_dict()
+    assert all(torch.equal(dit0[k], dit1[k]) for k in dit0)
+    assert json.loads((tmp_path / "export" / "ae_eval.json").read_text())["psnr_db"] > 0
+    assert torch.load(tmp_path / "run" / "decoder.pt", weights_only=False)["step"] == 3
