@@ -23,17 +23,10 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.common import QUANT_PSNR, RESULTS, emit_result, psnr  # noqa: E402
-from streamer.cache.kv_pool import KVCachePool  # noqa: E402
-from streamer.cache.step_cache import FirstBlockCache  # noqa: E402
 from streamer.models.embedded import evaluate as ev  # noqa: E402
 from streamer.models.embedded.evaluate_cli import story_scripts  # noqa: E402
 from streamer.models.embedded.model import EmbeddedModel  # noqa: E402
 from streamer.models.embedded.rollout import rollout  # noqa: E402
-
-
-def configure(model: EmbeddedModel, name: str, threshold: float | None, pool: KVCachePool) -> None:
-    model.commit_reuse = name == "commit_reuse"
-    model.step_cache = FirstBlockCache(pool, float(threshold or 0.0)) if name == "step_reuse" else None
 
 
 def main() -> int:
@@ -52,7 +45,7 @@ def main() -> int:
     pool = model.new_pool(args.clips)
 
     def run(name: str, threshold: float | None) -> tuple[np.ndarray, float, float]:
-        configure(model, name, threshold, pool)
+        model.configure_caching(threshold if name == "step_reuse" else None, name == "commit_reuse")
         rollout(model, [type(s)(s.prompts[:1], s.actions[:f], s.controls[:f]) for s in scripts], pool=pool)  # warm-up
         res = rollout(model, scripts, seed=1, pool=pool)
         adherence = float(np.mean([ev.score_story(fr, sp)["adherence"] for fr, sp in zip(res.frames, specs, strict=True)]))
@@ -73,8 +66,8 @@ def main() -> int:
             "adherence": adherence,
             "adherence_delta": adherence - exact_adh,
         }
-        if model.step_cache is not None:
-            row["reuse_rate"] = model.step_cache.hit_rate
+        if name == "step_reuse":
+            row["reuse_rate"] = model.caching_stats()["step_reuse_hit_rate"]
         techniques.append(row)
         print({k: (round(v, 3) if isinstance(v, float) else v) for k, v in row.items()}, file=sys.stderr)
     out = {

@@ -17,6 +17,12 @@ admission let in.
     python benchmarks/engine.py                     # 1, 2, 4, 8, 16 sessions x 30 s -> results/engine.json
     python benchmarks/engine.py --device cuda       # the same on a GPU -> results/engine_gpu.json
     python benchmarks/engine.py --quick --precision bf16   # the embedded model in bf16 (docs/model.md)
+    python benchmarks/engine.py --quick --step-reuse 0.4   # with a caching technique on (docs/caching.md)
+
+With `--step-reuse`/`--commit-reuse` every engine of the run has the technique on (the JSON's
+`caching`; each run's `caching_stats` has the step-reuse hit rate); compare with a run without.
+The calibration and the FLOP count are made before any engine exists, on the exact path, so a
+run with caching serves the same fps, and its MFU counts the exact path's FLOPs per frame.
 """
 
 from __future__ import annotations
@@ -153,8 +159,9 @@ async def drive(engine: Engine, sessions: int, seconds: float, stagger: float, s
 
 
 async def run_mode(model, mode: str, sessions: int, seconds: float, fps: float, stagger: float,
-                   calibration: Calibration) -> dict:  # fmt: skip
-    engine = Engine(model, EngineConfig(max_sessions=max(sessions, 1), scheduler=mode, fps=fps), calibration=calibration)
+                   calibration: Calibration, caching: dict) -> dict:  # fmt: skip
+    cfg = EngineConfig(max_sessions=max(sessions, 1), scheduler=mode, fps=fps, **caching)
+    engine = Engine(model, cfg, calibration=calibration)
     d = await drive(engine, sessions, seconds, stagger)
     recs, stats, wall, t0 = d["recs"], d["stats"], d["wall"], d["t0"]
     ttff = [r.arrivals[0][0] - r.opened for r in recs if r.arrivals]
@@ -175,18 +182,22 @@ async def run_mode(model, mode: str, sessions: int, seconds: float, fps: float, 
         "ttff_p99_s": float(np.percentile(ttff, 99)) if ttff else None,
         "mean_batch": stats.get("mean_batch"),
         "degrade_level": stats.get("degrade_level"),
+        "caching_stats": engine.info()["caching"],
     }
 
 
-async def saturated_fps(model, mode: str, sessions: int, seconds: float, calibration: Calibration) -> float:
-    """Aggregate frames/s with every session admitted and running flat out (no deadline holds).
+async def saturated_fps(model, mode: str, sessions: int, seconds: float, calibration: Calibration,
+                        caching: dict) -> tuple[float, dict]:  # fmt: skip
+    """Aggregate frames/s with every session admitted and running flat out (no deadline holds),
+    and the engine's caching figures.
 
     All sessions open at once; the first quarter of the window is a warm-up and is not counted.
     """
     cfg = EngineConfig(max_sessions=max(sessions, 1), scheduler=mode, fps=SATURATED_FPS,
-                       utilisation_bound=1e9, degrade=False)  # fmt: skip
-    d = await drive(Engine(model, cfg, calibration=calibration), sessions, seconds, 0.0, skip_s=seconds / 4)
-    return float(d["fps"])
+                       utilisation_bound=1e9, degrade=False, **caching)  # fmt: skip
+    engine = Engine(model, cfg, calibration=calibration)
+    d = await drive(engine, sessions, seconds, 0.0, skip_s=seconds / 4)
+    return float(d["fps"]), engine.info()["caching"]
 
 
 def calibrate_once(model, steps: int, max_sessions: int) -> Calibration:
@@ -210,12 +221,18 @@ def main() -> int:
     ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     ap.add_argument("--precision", default=None, choices=PRECISIONS,
                     help="what the embedded model computes in (default fp32; see docs/model.md, Precision)")
+    ap.add_argument("--step-reuse", type=float, default=None, metavar="THRESHOLD",
+                    help="step reuse on, at this threshold (docs/caching.md)")
+    ap.add_argument("--commit-reuse", action="store_true", help="commit reuse on (docs/caching.md)")
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
+    caching = {"step_reuse": args.step_reuse, "commit_reuse": args.commit_reuse}
     try:
         device = resolve_device(args.device)
         model = build_model(args.model, args.config, None, args.device, args.precision)
-    except ValueError as exc:  # DeviceError, PrecisionError: this machine lacks what was asked for
+        model.configure_caching(**caching)  # a technique the model lacks fails here, not mid-run
+        model.configure_caching(None, False)  # the calibration and FLOP count run the exact path
+    except ValueError as exc:  # DeviceError, PrecisionError, an unsupported technique
         print(f"benchmarks/engine.py: {exc}", file=sys.stderr)
         return 2
     sessions = args.sessions or ([8] if args.quick else [1, 2, 4, 8, 16])
@@ -249,6 +266,7 @@ def main() -> int:
             not torch.backends.cuda.matmul.allow_tf32 else ""),  # fmt: skip
         "matmul_peak_n": peak_n,
         "model_gflops_per_frame": fpf / 1e9,
+        "caching": caching,
         "seconds_per_mode": seconds,
         "saturated_seconds_per_mode": saturated_s,
         "sessions_planned": sessions,
@@ -257,8 +275,9 @@ def main() -> int:
     runs: list[dict] = result["runs"]
     for n in sessions:
         for mode in ("deadline", "serial"):
-            r = asyncio.run(run_mode(model, mode, n, seconds, fps, args.stagger, calibration))
-            r["saturated_fps"] = asyncio.run(saturated_fps(model, mode, n, saturated_s, calibration))
+            r = asyncio.run(run_mode(model, mode, n, seconds, fps, args.stagger, calibration, caching))
+            r["saturated_fps"], r["saturated_caching_stats"] = asyncio.run(
+                saturated_fps(model, mode, n, saturated_s, calibration, caching))
             r["mfu"] = fpf * r["aggregate_fps"] / (peak * 1e9)
             runs.append(r)
             print(f"{r['mode']:>8} n={n:>2} fps={fps:g} admitted={r['admitted']:>2} agg={r['aggregate_fps']:6.1f} "

@@ -59,9 +59,12 @@ def calibrate(
             x = torch.randn(b, *spec.latent_shape)  # (B, F, C, h, w)
             t = torch.full((b,), 0.5)
             c, batch = cond(b), slots[:b]
+            # A new input for every call: a step cache (streamer/cache/step_cache.py) would serve
+            # a repeat from its cache, and the calibration would time the cheap path.
+            inputs = iter(torch.randn(warmup + repeats, b, *spec.latent_shape))
 
-            def denoise(x=x, t=t, c=c, batch=batch) -> None:
-                model.denoise(x, t, c, pool.batch(batch))
+            def denoise(inputs=inputs, t=t, c=c, batch=batch) -> None:
+                model.denoise(next(inputs), t, c, pool.batch(batch))
 
             def commit(x=x, c=c, batch=batch) -> None:
                 model.commit(x, c, pool.batch(batch, commit=True))

@@ -32,6 +32,11 @@ def _serve_args(p: argparse.ArgumentParser) -> None:
                    help="admit while predicted utilisation stays at or below this (default 0.85)")  # fmt: skip
     p.add_argument("--no-degrade", dest="degrade", action="store_false",
                    help="never cut steps or fps under overload (capacity sweeps at full quality)")  # fmt: skip
+    p.add_argument("--step-reuse", type=float, default=None, metavar="THRESHOLD",
+                   help="reuse a session's deep blocks when its first block changed less than this "
+                        "(relative L1; off by default; embedded model on the CPU; docs/caching.md)")  # fmt: skip
+    p.add_argument("--commit-reuse", action="store_true",
+                   help="keep the last denoising step's keys instead of a clean commit pass (docs/caching.md)")
     p.add_argument("--codec", choices=["h264", "vp8"], default="h264", help="default WebRTC codec")
     p.add_argument("--bitrate", type=int, default=1_000_000, help="WebRTC start bitrate, bits/s")
     p.add_argument("--max-bitrate", type=int, default=3_000_000, help="WebRTC bitrate cap, bits/s")

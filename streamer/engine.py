@@ -53,6 +53,10 @@ class EngineConfig:
     blend_chunks: int = 2
     calibrate: bool = True
     degrade: bool = True  # the scheduler's fair overload policy (off in equality tests)
+    # Acceleration techniques (docs/caching.md), off by default: the measured figures do not
+    # justify either yet. The model rejects one it does not support when the engine is built.
+    step_reuse: float | None = None  # step-reuse threshold; None: every step runs every block
+    commit_reuse: bool = False
     default_prompt: str = "a red ball moving right on grass"
 
 
@@ -78,6 +82,7 @@ class Engine:
         engine's `calibration`), used instead of a start-up run, so that engines built one after
         the other (a benchmark's modes) share one cost model and one served fps."""
         self.model, self.cfg, self.clock = model, config or EngineConfig(), clock
+        model.configure_caching(self.cfg.step_reuse, self.cfg.commit_reuse)
         self.spec = model.spec
         self.fps = self.cfg.fps or self.spec.fps
         self.steps = self.cfg.steps or self.spec.default_steps
@@ -146,6 +151,8 @@ class Engine:
                 "cache_slots_free": self.pool.free_slots,
                 "cache_bytes_per_slot": self.pool.bytes_per_slot,
             },
+            "caching": {"step_reuse": self.cfg.step_reuse, "commit_reuse": self.cfg.commit_reuse,
+                        **self.model.caching_stats()},
             "sessions": len(self.sessions),
         }
 

@@ -86,6 +86,8 @@ def build_engine(args: argparse.Namespace) -> Engine:
         scheduler=getattr(args, "scheduler", None) or "deadline",
         utilisation_bound=EngineConfig.utilisation_bound if bound is None else bound,
         degrade=getattr(args, "degrade", True),
+        step_reuse=getattr(args, "step_reuse", None),
+        commit_reuse=getattr(args, "commit_reuse", False),
         # Few-step distilled Wan checkpoints (Self-Forcing, CausVid) sample by re-noising x0.
         sampler="renoise" if args.model == "wan-causal" else "euler",
     )

@@ -159,3 +159,18 @@ def test_serve_bf16_without_native_bf16_exits_2(capsys, monkeypatch):
     monkeypatch.setattr(torch.cpu, "get_capabilities", lambda: {"architecture": "x86_64"})
     assert cli.main(["serve", "--config", "tiny-random", "--precision", "bf16"]) == 2
     assert "no native bf16" in capsys.readouterr().err
+
+
+def test_serve_caching_flags_reach_the_engine():
+    from streamer.engine_factory import build_engine
+
+    for flags, expected in [([], (None, False)), (["--step-reuse", "0.4"], (0.4, False)),
+                            (["--commit-reuse"], (None, True))]:  # fmt: skip
+        engine = build_engine(cli.build_parser().parse_args(["serve", "--config", "tiny-random", *flags]))
+        caching = engine.info()["caching"]
+        assert (caching["step_reuse"], caching["commit_reuse"]) == expected
+
+
+def test_serve_bad_step_reuse_exits_2_naming_it(capsys):
+    assert cli.main(["serve", "--config", "tiny-random", "--step-reuse", "-1"]) == 2
+    assert "step reuse threshold must be a number >= 0, got -1.0" in capsys.readouterr().err

@@ -57,6 +57,10 @@ class KVCachePool:
         # Bumped on release/reset: per-slot side caches (streamer/cache/step_cache.py) compare
         # it to drop state left by the slot's previous session.
         self.generation = [0] * num_slots
+        # Per slot: the scratch frames hold keys/values a denoise pass wrote for the chunk being
+        # made, not yet committed. Commit reuse may keep only those (a recache commits kept
+        # latents, for which no denoise pass ran).
+        self.scratch_denoised = [False] * num_slots
         self._free = list(range(num_slots - 1, -1, -1))
         self._used: set[int] = set()
 
@@ -91,12 +95,14 @@ class KVCachePool:
         self._used.remove(slot)
         self.frames[slot] = 0
         self.generation[slot] += 1
+        self.scratch_denoised[slot] = False
         self._free.append(slot)
 
     def reset(self, slot: int) -> None:
         """Forget a slot's history (a new seed, or a cut to an unrelated scene)."""
         self.frames[slot] = 0
         self.generation[slot] += 1
+        self.scratch_denoised[slot] = False
 
     def batch(self, slots: list[int], *, commit: bool = False) -> CacheBatch:
         for s in slots:
@@ -135,6 +141,7 @@ class CacheBatch:
         for i, (slot, start, end) in enumerate(zip(self.slots, self._starts, self._lengths, strict=True)):
             kc[slot, :, start:end] = k[i]
             vc[slot, :, start:end] = v[i]
+            self.pool.scratch_denoised[slot] = not self.commit
         # Variable-length attention straight from the pool's layout (kernels/: Triton on CUDA,
         # a per-sample SDPA loop over views elsewhere); no gather, no padding.
         return kernels.chunk_attention(q, kc, vc, slots=self.slots, lengths=self._lengths)
@@ -159,3 +166,4 @@ class CacheBatch:
                     cache[:, slot, :, dst] = rotate_back(moved, drop) if cache is pool.k else moved
                 n = lo.context_frames
             pool.frames[slot] = n
+            pool.scratch_denoised[slot] = False

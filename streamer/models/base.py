@@ -110,3 +110,14 @@ class CausalVideoModel(Protocol):
     def commit(self, x0: torch.Tensor, cond: Conditioning, cache: CacheBatch) -> None: ...
 
     def decode(self, x0: torch.Tensor) -> torch.Tensor: ...
+
+    def configure_caching(self, step_reuse: float | None, commit_reuse: bool) -> None:
+        """Switch the acceleration techniques of docs/caching.md: `step_reuse` is the step-reuse
+        threshold (None: off), `commit_reuse` keeps the last step's keys instead of a clean commit
+        pass. A technique the model does not support is a ValueError, raised here (at engine
+        start), never on a later step."""
+        ...
+
+    def caching_stats(self) -> dict[str, float]:
+        """Counters of the techniques switched on (e.g. step reuse's hits), for the engine's info."""
+        ...

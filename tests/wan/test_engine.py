@@ -106,3 +106,12 @@ async def test_serve_tiny_random_streams_over_websocket(start_server):  # noqa: 
         await client.close()
     assert all(fr.image.shape == (32, 48, 3) for fr in frames)
     assert [fr.chunk_index for fr in frames] == [0] * 12 + [1] * 12
+
+
+@pytest.mark.parametrize(("flags", "technique"), [(["--step-reuse", "0.4"], "step reuse"),
+                                                  (["--commit-reuse"], "commit reuse")])  # fmt: skip
+def test_serve_with_a_caching_technique_wan_lacks_exits_2_at_startup(capsys, flags, technique):
+    assert cli.main(["serve", "--model", "wan-causal", "--config", "tiny-random", *flags]) == 2
+    err = capsys.readouterr().err
+    assert "streamer serve: error:" in err and f"wan-causal does not support {technique}" in err
+    Engine(tiny(), EngineConfig(calibrate=False))  # with every technique off it builds

@@ -35,6 +35,13 @@ WEIGHTS_DIR = Path(__file__).parent / "weights"
 BOS = len(vocab.WORDS) + 1  # token ids: 0 padding, 1..len(WORDS) words, then BOS
 
 
+def _check_step_reuse_device(step_cache: FirstBlockCache | None, device: torch.device) -> None:
+    # Its per-sample skip decision would stall a GPU for a host sync on every step.
+    if step_cache is not None and device.type != "cpu":
+        raise ValueError(f"step reuse runs on the CPU only (the model is on {device}): on a GPU its "
+                         "per-sample decision would wait for the device on every step")
+
+
 def prompt_tokens(text: str, max_tokens: int) -> tuple[torch.Tensor, list[str]]:
     """Text -> (max_tokens,) int64 ids [BOS, words..., 0...] and the unknown words."""
     parsed = vocab.parse_prompt(text)
@@ -56,6 +63,9 @@ class EmbeddedModel:
         self.dit = (dit or CausalDiT(cfg.dit)).eval()
         # channels_last roughly halves the decoder's time on CPU (measured 5.9 -> 2.9 ms/frame).
         self.ae.decoder.to(memory_format=torch.channels_last)  # type: ignore[call-overload]
+        # Acceleration switches, off until configure_caching() turns them on (docs/caching.md).
+        self.step_cache: FirstBlockCache | None = None
+        self.commit_reuse = False
         # None keeps the modules where they are (freshly built: the CPU).
         self.device = next(self.dit.parameters()).device
         self.to(device if device is not None else self.device)
@@ -79,9 +89,6 @@ class EmbeddedModel:
             control_dim=d.control_dim,
             max_batch=max_batch,
         )
-        # Acceleration switches (streamer/cache/; measured in benchmarks/caching.py, off by default).
-        self.step_cache: FirstBlockCache | None = None
-        self.commit_reuse = False
         self.layout = PoolLayout(
             layers=d.depth, heads=d.heads, head_dim=d.head_dim, tokens_per_frame=d.tokens_per_frame,
             sink_frames=cfg.sink_frames, window_frames=cfg.window_frames,
@@ -91,10 +98,12 @@ class EmbeddedModel:
     def to(self, device: str | torch.device) -> EmbeddedModel:
         """Move the weights to `device` (a pool made earlier stays where it was made).
 
-        The precision is checked first: bf16 on a device without native bf16 is a PrecisionError.
+        The precision is checked first: bf16 on a device without native bf16 is a PrecisionError;
+        so is step reuse, which runs on the CPU only (see `configure_caching`).
         """
         dev = resolve_device(device)
         check_precision(self.precision, dev)
+        _check_step_reuse_device(self.step_cache, dev)
         self.device = dev
         self.ae.to(self.device)
         self.dit.to(self.device)
@@ -154,6 +163,26 @@ class EmbeddedModel:
     def new_pool(self, num_slots: int) -> KVCachePool:
         return KVCachePool(self.layout, num_slots, device=self.device)
 
+    def configure_caching(self, step_reuse: float | None, commit_reuse: bool) -> None:
+        """Switch the acceleration techniques (docs/caching.md); None and False is the exact path.
+
+        Not both at once: a step that reuses leaves an earlier step's deep-block keys in the
+        scratch frames, and commit reuse would make those the history.
+        """
+        if step_reuse is not None and commit_reuse:
+            raise ValueError("step reuse and commit reuse cannot be combined: a reused step leaves an "
+                             "earlier step's keys in the cache, which commit reuse would keep")
+        step_cache = None if step_reuse is None else FirstBlockCache(step_reuse)
+        _check_step_reuse_device(step_cache, self.device)
+        self.step_cache, self.commit_reuse = step_cache, commit_reuse
+
+    def caching_stats(self) -> dict[str, float]:
+        """Counters of the techniques switched on (step reuse: samples seen, samples reused)."""
+        if self.step_cache is None:
+            return {}
+        sc = self.step_cache
+        return {"step_reuse_samples": sc.calls, "step_reuse_hits": sc.hits, "step_reuse_hit_rate": sc.hit_rate}
+
     @torch.no_grad()
     def encode_prompt(self, texts: list[str]) -> list[PromptCond]:
         """Prompt tensors stay on the model's device, in fp32: every step of every session reads them."""
@@ -185,11 +214,7 @@ class EmbeddedModel:
     @torch.no_grad()
     def denoise(self, x: torch.Tensor, t: torch.Tensor, cond: Conditioning, cache: CacheBatch) -> torch.Tensor:
         """x (B, F, C, h, w) at times t (B,) -> x0 estimate (B, F, C, h, w), on x's device and dtype."""
-        runner = None
-        # The step cache decides per sample whether to skip the deep blocks: on a GPU that
-        # decision would stall the device for a host sync every step, so it runs on the CPU only.
-        if self.step_cache is not None and self.device.type == "cpu":
-            runner = self.step_cache.runner(cache.slots)
+        runner = None if self.step_cache is None else self.step_cache.runner(cache)
         xd, td = x.to(self.device, torch.float32), t.to(self.device, torch.float32)
         v = self._forward(xd, td, cond, cache, runner)
         return (xd - td.view(-1, 1, 1, 1, 1) * v).to(x.device, x.dtype)
@@ -200,10 +225,11 @@ class EmbeddedModel:
 
         With `commit_reuse` the clean pass is skipped and the keys/values the last denoising
         step left in the scratch frames are kept instead (cheaper, slightly noisier context).
+        A chunk no denoise pass wrote (a recache commits kept latents) still gets its clean pass.
         """
         if not cache.commit:
             raise ValueError("commit() needs a cache batch made with commit=True")
-        if not self.commit_reuse:
+        if not (self.commit_reuse and all(cache.pool.scratch_denoised[s] for s in cache.slots)):
             xd = x0.to(self.device, torch.float32)
             self._forward(xd, torch.zeros(xd.shape[0], device=self.device), cond, cache)
         rope = self.dit.rope

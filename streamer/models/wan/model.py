@@ -118,6 +118,16 @@ class WanCausalModel:
     def new_pool(self, num_slots: int) -> StreamCachePool:
         return StreamCachePool(self.layout, num_slots, self.net.dtype, self.device, self._forget)
 
+    def configure_caching(self, step_reuse: float | None, commit_reuse: bool) -> None:
+        """Neither technique is built for Wan's blocks yet: asking for one is an error, not a no-op."""
+        asked = [name for name, on in (("step reuse", step_reuse is not None), ("commit reuse", commit_reuse)) if on]
+        if asked:
+            raise ValueError(f"{self.spec.name} does not support {' or '.join(asked)} "
+                             "(docs/caching.md: only the embedded model has them)")
+
+    def caching_stats(self) -> dict[str, float]:
+        return {}
+
     def _forget(self, slot: int) -> None:
         self.vae.forget(slot)
         self._estimates.pop(slot, None)
