@@ -4,10 +4,10 @@
     python benchmarks/wan_gpu.py --quick      # streams 1 and 4, fewer chunks
     python benchmarks/wan_gpu.py --smoke      # tiny random config on the CPU: checks this script only
 
-Speed does not need trained weights. The model is driven through its contract exactly as the
-engine's batch runner drives it: per chunk, `steps` batched `denoise` calls with the re-noising
-sampler, then `decode` (the streamed VAE), then `commit` (the t = 0 pass into the KV cache).
-Latents live on the CPU between calls, as in the engine's sessions.
+Speed does not need trained weights. Each chunk runs through the engine's own step code
+(`streamer/chunk_steps.py`, which the batch runner serves with): `steps` batched denoise steps
+with the re-noising sampler, then `decode` (the streamed VAE) and `commit` (the t = 0 pass into
+the KV cache). Latents live on the CPU between calls, as in the engine's sessions.
 
 - time to first chunk: a fresh stream (empty cache, fresh VAE cache), prompt already encoded,
   from its first denoise step to its decoded frames on the CPU; prompt encoding (UMT5-XXL
@@ -31,9 +31,14 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from streamer.chunk_steps import denoise_step, finish_chunk  # noqa: E402
+from streamer.models.base import Conditioning  # noqa: E402
+from streamer.models.device import synchronize  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 PROMPT = "a red fox running through fresh snow in a pine forest, golden hour, cinematic"
@@ -87,53 +92,66 @@ def build(args: argparse.Namespace):
         return build_random(WAN_1_3B_TRANSFORMER, WAN_2_1_VAE, small, cfg, "cuda", torch.bfloat16), "small"
 
 
-class Timer:
-    """Wall seconds with the device synchronised at both ends (CUDA work is asynchronous)."""
+def text_only(spec, prompts) -> Conditioning:
+    """Conditioning of one prompt per stream, no actions or controls (Wan takes text only)."""
+    b, f = len(prompts), spec.frames_per_chunk
+    return Conditioning(list(prompts), torch.zeros(b, f, dtype=torch.int64), torch.zeros(b, f, spec.control_dim))
 
-    def __init__(self, cuda: bool):
-        self.cuda = cuda
+
+class Timer:
+    """Wall seconds with the model's device synchronised first (CUDA work is asynchronous)."""
+
+    def __init__(self, device: torch.device):
+        self.device = device
 
     def now(self) -> float:
-        if self.cuda:
-            torch.cuda.synchronize()
+        synchronize(self.device)
         return time.perf_counter()
 
 
-def run_chunk(model, pool, slots: list[int], prompts, gen: torch.Generator, timer: Timer) -> dict[str, float]:
-    """One chunk for every slot, as streamer/batch_runner.py runs it; returns seconds per phase."""
-    from streamer.models.base import Conditioning
-    from streamer.sampling import next_latent
+class DecodeClock:
+    """The model, with the clock read as each `decode` returns: `finish_chunk` decodes and commits
+    in one call, and this benchmark reports the two apart."""
 
+    def __init__(self, model, timer: Timer):
+        self.model, self.timer, self.decoded_at = model, timer, 0.0
+
+    def __getattr__(self, name: str):
+        return getattr(self.model, name)
+
+    def decode(self, x0: torch.Tensor) -> torch.Tensor:
+        frames = self.model.decode(x0)
+        self.decoded_at = self.timer.now()
+        return frames
+
+
+def run_chunk(model, pool, slots: list[int], prompts, gen: torch.Generator,
+              timer: Timer) -> tuple[np.ndarray, dict[str, float]]:
+    """One chunk for every slot through the engine's step code; returns its frames
+    (B, F, H, W, 3) uint8 and the seconds of each phase."""
     spec, b = model.spec, len(slots)
-    cond = Conditioning(list(prompts), torch.zeros(b, spec.frames_per_chunk, dtype=torch.int64),
-                        torch.zeros(b, spec.frames_per_chunk, spec.control_dim))  # fmt: skip
+    cond = text_only(spec, prompts)
     ts = spec.timesteps
     x = torch.randn(b, *spec.latent_shape, generator=gen)  # (B, F, C, h, w) on the CPU, like sessions
     start = timer.now()
-    for i, t in enumerate(ts):
-        t_now = torch.full((b,), t)
-        t_next = torch.full((b,), ts[i + 1] if i + 1 < len(ts) else 0.0)
-        x0 = model.denoise(x, t_now, cond, pool.batch(slots))
-        x = next_latent(x, x0, t_now, t_next, "renoise", torch.randn(x.shape, generator=gen))
+    for i in range(len(ts)):
+        x = denoise_step(model, pool, slots, x, [ts] * b, [i] * b, cond, "renoise",
+                         lambda: torch.randn(b, *spec.latent_shape, generator=gen))  # fmt: skip
     denoised = timer.now()
     if None in model.streams_of(x):  # would decode as fresh streams (e.g. NaN latents): flag it
         print("wan_gpu: warning: decode did not find every stream's VAE cache", file=sys.stderr)
-    frames = model.decode(x)  # (B, 12, H, W, 3) uint8 on the CPU
-    decoded = timer.now()
-    model.commit(x, cond, pool.batch(slots, commit=True))
+    clock = DecodeClock(model, timer)
+    frames = finish_chunk(clock, pool, slots, x, cond)
     committed = timer.now()
     assert frames.shape[:2] == (b, spec.frames_per_chunk)
-    return {"denoise_s": denoised - start, "decode_s": decoded - denoised, "commit_s": committed - decoded,
-            "chunk_s": committed - start}  # fmt: skip
+    return frames, {"denoise_s": denoised - start, "decode_s": clock.decoded_at - denoised,
+                    "commit_s": committed - clock.decoded_at, "chunk_s": committed - start}  # fmt: skip
 
 
 def fill_window(model, pool, slots: list[int], prompts, gen: torch.Generator) -> None:
     """Commit random chunks until every slot holds a full window (the steady state, as calibration does)."""
-    from streamer.models.base import Conditioning
-
     spec, b = model.spec, len(slots)
-    cond = Conditioning(list(prompts), torch.zeros(b, spec.frames_per_chunk, dtype=torch.int64),
-                        torch.zeros(b, spec.frames_per_chunk, spec.control_dim))  # fmt: skip
+    cond = text_only(spec, prompts)
     for _ in range((spec.sink_frames + spec.window_frames) // spec.frames_per_chunk):
         model.commit(torch.randn(b, *spec.latent_shape, generator=gen), cond, pool.batch(slots, commit=True))
 
@@ -153,11 +171,11 @@ def main(argv: list[str] | None = None) -> int:
         torch.backends.cudnn.benchmark = True  # the VAE's 3-D convolutions, fixed shapes
     torch.set_grad_enabled(False)
     streams = [int(s) for s in args.streams.split(",")]
-    timer = Timer(cuda)
 
     start = time.perf_counter()
     model, text_encoder = build(args)
     build_s = time.perf_counter() - start
+    timer = Timer(model.device)
     spec = model.spec
     pool = model.new_pool(max(streams))
     gen = torch.Generator().manual_seed(0)
@@ -175,7 +193,7 @@ def main(argv: list[str] | None = None) -> int:
         slot = pool.allocate()
         if cuda:
             torch.cuda.reset_peak_memory_stats()
-        first = run_chunk(model, pool, [slot], [prompt], gen, timer)
+        _, first = run_chunk(model, pool, [slot], [prompt], gen, timer)
         pool.release(slot)
     ttfc = first["chunk_s"]
     print(f"wan_gpu: prompt encode {encode_s * 1e3:.0f} ms, time to first chunk {ttfc:.3f}s "
@@ -190,7 +208,7 @@ def main(argv: list[str] | None = None) -> int:
                 torch.cuda.reset_peak_memory_stats()
             fill_window(model, pool, slots, [prompt] * b, gen)
             run_chunk(model, pool, slots, [prompt] * b, gen, timer)  # warms this batch size and the VAE caches
-            phases = [run_chunk(model, pool, slots, [prompt] * b, gen, timer) for _ in range(args.chunks)]
+            phases = [run_chunk(model, pool, slots, [prompt] * b, gen, timer)[1] for _ in range(args.chunks)]
             mean = {k: sum(p[k] for p in phases) / len(phases) for k in phases[0]}
             fps = b * spec.frames_per_chunk / mean["chunk_s"]
             row = {"streams": b, **{k: round(v, 4) for k, v in mean.items()},
