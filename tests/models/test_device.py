@@ -1,16 +1,19 @@
 """Device placement of the embedded model: weights, prompts and the KV pool on the model's device,
 inputs moved in and results handed back on the input's device and dtype (as the engine keeps its
-tensors on the CPU). The CUDA test runs only where there is a GPU (`-m gpu`)."""
+tensors on the CPU). The CUDA tests run only where there is a GPU (`-m gpu`)."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
 from streamer.engine_factory import tiny_embedded
 from streamer.models.base import Conditioning
 from streamer.models.device import DeviceError, resolve_device
+from streamer.models.embedded.evaluate_cli import story_scripts
 from streamer.models.embedded.model import EmbeddedModel
+from streamer.models.embedded.rollout import rollout
 
 PROMPTS = ["a red ball moving left on grass", "game: a blue character on sea"]
 
@@ -104,3 +107,16 @@ def test_cuda_model_matches_cpu_and_returns_to_the_cpu():
         assert y.device.type == "cpu" and y.dtype == torch.uint8
         diff = (x.int() - y.int()).abs()
         assert diff.max() <= 3 and diff.float().mean() < 0.1
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_evaluator_rollout_on_cuda_matches_cpu():
+    """`streamer eval --device cuda`: the evaluator's rollouts run with the model on the GPU and
+    hand back the CPU model's frames."""
+    cpu, gpu = tiny_embedded(), tiny_embedded(device="cuda")
+    scripts, _ = story_scripts(np.random.default_rng(0), 2, 3, cpu.spec.frames_per_chunk)
+    with torch.backends.cudnn.flags(enabled=True, allow_tf32=False):
+        a, b = rollout(cpu, scripts).frames, rollout(gpu, scripts).frames
+    diff = np.abs(a.astype(int) - b.astype(int))
+    assert diff.max() <= 3 and diff.mean() < 0.1

@@ -1,6 +1,10 @@
-"""`streamer eval --quick --json` on the shipped weights: runs, and prints the contract's keys."""
+"""`streamer eval --quick --json` on the shipped weights: runs, and prints the contract's keys;
+`--device cuda` on a machine without CUDA is a clear error."""
 
 import json
+
+import pytest
+import torch
 
 from streamer.cli import main as streamer_main
 
@@ -17,5 +21,14 @@ def test_quick_eval_prints_contract_json(capsys):
         assert key in res, key
     assert res["drift_points"] is None  # quick mode skips the long rollout
     assert res["frame_size"] == [128, 128]
+    assert res["device"] == "cpu"
     assert 0.0 <= res["prompt_adherence"] <= 1.0 and 0.0 <= res["motion_accuracy"] <= 1.0
     assert res["fps_single"] > 0
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the error a machine without CUDA gives")
+def test_eval_device_cuda_without_cuda_exits_2(capsys):
+    assert streamer_main(["eval", "--quick", "--json", "--device", "cuda"]) == 2
+    out, err = capsys.readouterr()
+    assert "streamer eval: error:" in err and "CUDA is not available" in err and "--device cpu" in err
+    assert out == ""  # no figures: nothing ran

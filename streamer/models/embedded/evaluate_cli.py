@@ -19,6 +19,7 @@ import numpy as np
 import torch
 
 from ...sampling import SAMPLERS
+from ..device import DEVICE_CHOICES
 from ..precision import PRECISIONS
 from . import evaluate as ev
 from . import vocab
@@ -160,6 +161,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sampler", choices=SAMPLERS, default="euler")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--device", choices=DEVICE_CHOICES, default="cpu",
+                    help="where the model runs (frames come back to the CPU to be scored)")
     ap.add_argument("--precision", choices=PRECISIONS, default="fp32",
                     help="what the model computes in (bf16 needs native bf16: docs/model.md, Precision)")
     ap.add_argument("--out", type=Path, default=None, help="also write the JSON here")
@@ -167,8 +170,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     try:
-        model = EmbeddedModel.load(args.weights, precision=args.precision)
-    except ValueError as exc:  # ConfigError, PrecisionError: bad weights, or no native bf16 here
+        model = EmbeddedModel.load(args.weights, device=args.device, precision=args.precision)
+    except ValueError as exc:  # ConfigError, DeviceError, PrecisionError: bad weights, no such device, no bf16
         print(f"streamer eval: error: {exc}", file=sys.stderr)
         return 2
     rng = np.random.default_rng(args.seed)
@@ -188,6 +191,7 @@ def main(argv: list[str] | None = None) -> int:
     res["steps"] = args.steps or model.spec.default_steps
     res["sampler"] = args.sampler
     res["precision"] = args.precision
+    res["device"] = args.device
     res["eval_seconds"] = round(time.perf_counter() - started, 1)
     for key, value in res.items():
         if not isinstance(value, dict):
