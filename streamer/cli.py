@@ -17,6 +17,17 @@ import logging
 import sys
 
 
+def _positive_int(text: str) -> int:
+    """argparse type: an integer of at least 1 (argparse's error names the flag)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
 def _serve_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8000)
@@ -49,7 +60,7 @@ def _serve_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--precision", default=None, metavar="fp32|bf16",
                    help="what the embedded model computes in (default fp32; bf16 needs a CPU or GPU "
                         "with native bf16, see docs/model.md)")  # fmt: skip
-    p.add_argument("--threads", type=int, default=None,
+    p.add_argument("--threads", type=_positive_int, default=None,
                    help="torch threads for the model (default: torch's choice, one per core)")
 
 
@@ -77,9 +88,6 @@ def serve_command(args: argparse.Namespace) -> int:
         level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     if args.threads is not None:
-        if args.threads < 1:
-            print("streamer serve: error: --threads must be at least 1", file=sys.stderr)
-            return 2
         import torch
 
         torch.set_num_threads(args.threads)

@@ -126,9 +126,14 @@ def test_serve_device_defaults_to_the_models_own():
         cli.build_parser().parse_args(["serve", "--device", "tpu"])
 
 
-def test_serve_threads_must_be_positive(capsys):
-    assert cli.main(["serve", "--threads", "0"]) == 2
-    assert "--threads" in capsys.readouterr().err
+@pytest.mark.parametrize(("value", "message"), [("0", "must be at least 1, got 0"),
+                                              ("-2", "must be at least 1, got -2"),
+                                              ("two", "expected a whole number, got 'two'")])
+def test_serve_threads_must_be_a_positive_int(capsys, value, message):
+    with pytest.raises(SystemExit) as info:
+        cli.main(["serve", "--threads", value])
+    assert info.value.code == 2
+    assert f"streamer serve: error: argument --threads: {message}" in capsys.readouterr().err
 
 
 def test_serve_sets_torch_threads(monkeypatch):
