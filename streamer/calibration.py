@@ -20,7 +20,9 @@ from collections.abc import Callable, Mapping
 import torch
 
 from .cache.kv_pool import KVCachePool
+from .chunk_steps import finish_chunk
 from .models.base import CausalVideoModel, Conditioning
+from .models.device import synchronize
 
 
 def _sizes(limit: int) -> list[int]:
@@ -31,9 +33,13 @@ def _sizes(limit: int) -> list[int]:
     return sizes
 
 
-def _timed(fn: Callable[[], None]) -> float:
+def _timed(fn: Callable[[], None], device: torch.device) -> float:
+    # Model calls may return with device work still queued: wait for the work queued before the
+    # call (not its cost) and for the call's own (its cost) before reading the clock.
+    synchronize(device)
     start = time.perf_counter()
     fn()
+    synchronize(device)
     return time.perf_counter() - start
 
 
@@ -67,8 +73,7 @@ def calibrate(
                 model.denoise(next(inputs), t, c, pool.batch(batch))
 
             def commit(x=x, c=c, batch=batch) -> None:
-                model.commit(x, c, pool.batch(batch, commit=True))
-                model.decode(x)
+                finish_chunk(model, pool, batch, x, c)  # decode, then commit: the engine's commit batch
 
             calls[("denoise", b)], calls[("commit", b)] = denoise, commit
         for _ in range(warmup):
@@ -77,7 +82,7 @@ def calibrate(
         samples: dict[tuple[str, int], list[float]] = {key: [] for key in calls}
         for _ in range(repeats):
             for key, fn in calls.items():
-                samples[key].append(_timed(fn))
+                samples[key].append(_timed(fn, model.device))
         return {key: statistics.median(times) for key, times in samples.items()}
     finally:
         for s in slots:

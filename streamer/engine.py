@@ -34,6 +34,7 @@ from .calibration import calibrate, sustainable_fps
 from .engine_api import ChunkSink, SessionHandle
 from .events import Chunk, Refused
 from .models.base import CausalVideoModel, Conditioning, PromptCond
+from .models.device import synchronize
 from .prompt_cache import PromptCache
 from .protocol import ControlMessage, StartMessage
 from .session import Session, SessionState
@@ -273,6 +274,10 @@ class Engine:
                     failed += (item.session_id,)
                     self._emit(item.session_id, {"type": "error", "code": "model_error",
                                                  "message": f"model step failed: {exc}"})
+        # A model call may return before its device work is done (commit hands nothing back to
+        # wait for): unwaited, the cost model would learn launch costs per batch kind and bill
+        # the rest to whichever batch came next.
+        synchronize(self.model.device)
         elapsed = self.clock() - started
         done = self.scheduler.update(plan, StepResult(elapsed, failed), self.clock())
         for sid in failed:

@@ -99,6 +99,12 @@ class Conditioning:
 class CausalVideoModel(Protocol):
     spec: ModelSpec
 
+    @property
+    def device(self) -> torch.device:
+        """Where the model computes. Its calls may return before the device has finished (a commit
+        hands nothing back to wait for), so whoever times them synchronizes this device first."""
+        ...
+
     def new_pool(self, num_slots: int) -> KVCachePool: ...
 
     def encode_prompt(self, texts: list[str]) -> list[PromptCond]: ...

@@ -24,7 +24,7 @@ from ...cache.kv_pool import CacheBatch, KVCachePool, PoolLayout
 from ...cache.step_cache import FirstBlockCache
 from ..base import Conditioning, ModelSpec, PromptCond
 from ..checkpoint import check_state_dict
-from ..device import resolve_device, synchronize
+from ..device import resolve_device
 from ..precision import autocast, check_precision
 from . import vocab
 from .autoencoder import Autoencoder, to_uint8
@@ -238,10 +238,6 @@ class EmbeddedModel:
             return rotate(keys, *rope.time_rotation(-float(frames)))
 
         cache.finish(rotate_back)
-        # commit returns nothing, so nothing would wait for its kernels: the engine would time
-        # this call at its launch cost and bill the rest to the next call (its cost model is
-        # per call kind). Denoise and decode wait anyway, when their result moves back.
-        synchronize(self.device)
 
     @torch.no_grad()
     def decode(self, x0: torch.Tensor) -> torch.Tensor:

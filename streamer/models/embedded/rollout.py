@@ -16,6 +16,7 @@ import torch
 from ...cache.kv_pool import KVCachePool
 from ...chunk_steps import denoise_step, finish_chunk
 from ..base import CausalVideoModel, Conditioning, PromptCond
+from ..device import synchronize
 
 
 @dataclass
@@ -75,4 +76,5 @@ def _rollout(model: CausalVideoModel, scripts: list[Script], steps: int | None, 
             x = denoise_step(model, pool, slots, x, [schedule] * b, [i] * b, cond, sampler,
                              lambda: torch.randn(b, *spec.latent_shape, generator=gen))
         out[:, sl] = finish_chunk(model, pool, slots, x, cond)
+    synchronize(model.device)  # the last commit's device work belongs to the rollout's time
     return RolloutResult(out, time.perf_counter() - start)
