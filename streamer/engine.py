@@ -35,6 +35,7 @@ from .engine_api import ChunkSink, SessionHandle
 from .events import Chunk, Refused
 from .models.base import CausalVideoModel, Conditioning, PromptCond
 from .models.device import synchronize
+from .openmp import release_caller_pool
 from .prompt_cache import PromptCache
 from .protocol import ControlMessage, StartMessage
 from .session import Session, SessionState
@@ -104,16 +105,17 @@ class Engine:
         if self._thread is not None:
             return
         self._loop = asyncio.get_running_loop()
-        if self.cfg.calibrate and not self.calibration:
-            self.calibration = await asyncio.to_thread(calibrate, self.model, self.pool, self.steps)
-        if self.calibration:
-            self.scheduler.cost.calibrate(self.calibration)
-            if self.cfg.fps is None:
-                self.fps = sustainable_fps(self.calibration, self.steps, self.spec.frames_per_chunk,
-                                           self.spec.fps, self.cfg.utilisation_bound)
+        # Every torch call from here on runs on the model thread, calibration included; the
+        # caller's OpenMP workers would otherwise slow each of its calls (streamer/openmp.py).
+        release_caller_pool()
         self._running = True
         self._thread = threading.Thread(target=self._run, name="streamer-engine", daemon=True)
         self._thread.start()
+        try:
+            await self._call(self._calibrate)
+        except BaseException:
+            await self.stop()
+            raise
         self._ready = True
 
     def ready(self) -> bool:
@@ -216,6 +218,15 @@ class Engine:
             self._loop.call_soon_threadsafe(sink.on_event, event)
 
     # -- the model thread ------------------------------------------------------------------------
+    def _calibrate(self) -> None:
+        if self.cfg.calibrate and not self.calibration:
+            self.calibration = calibrate(self.model, self.pool, self.steps)
+        if self.calibration:
+            self.scheduler.cost.calibrate(self.calibration)
+            if self.cfg.fps is None:
+                self.fps = sustainable_fps(self.calibration, self.steps, self.spec.frames_per_chunk,
+                                           self.spec.fps, self.cfg.utilisation_bound)
+
     def _drain_commands(self, timeout: float | None) -> None:
         """Run every queued command; wait up to `timeout` for the first (0: do not wait).
 
