@@ -52,8 +52,7 @@ from streamer.events import Chunk, Refused  # noqa: E402
 from streamer.models.base import Conditioning  # noqa: E402
 from streamer.models.device import resolve_device, synchronize  # noqa: E402
 from streamer.models.embedded import vocab  # noqa: E402
-from streamer.models.embedded.model import EmbeddedModel  # noqa: E402
-from streamer.models.precision import DTYPES, PRECISIONS  # noqa: E402
+from streamer.models.precision import PRECISIONS  # noqa: E402
 from streamer.protocol import StartMessage  # noqa: E402
 
 
@@ -70,13 +69,6 @@ def matmul_peak_gflops(device: torch.device, n: int, dtype: torch.dtype, seconds
         synchronize(device)
         count += 1
     return 2 * n**3 * count / (time.perf_counter() - start) / 1e9
-
-
-def compute_dtype(model) -> torch.dtype:
-    """The dtype the model's matmuls run in: the embedded model's precision, Wan's weights' dtype."""
-    if isinstance(model, EmbeddedModel):
-        return DTYPES[model.precision]
-    return model.net.dtype
 
 
 @contextlib.contextmanager
@@ -239,7 +231,7 @@ def main() -> int:
     seconds = args.seconds or (20.0 if args.quick else 30.0)
     saturated_s = args.saturated_seconds or (5.0 if args.quick else 10.0)
     spec, steps = model.spec, model.spec.default_steps
-    dtype = compute_dtype(model)
+    dtype = model.compute_dtype
     peak_n = 8192 if device.type == "cuda" else 1024
     peak = matmul_peak_gflops(device, peak_n, dtype)
     fpf = flops_per_frame(model, steps)

@@ -25,7 +25,7 @@ from ...cache.step_cache import FirstBlockCache
 from ..base import Conditioning, ModelSpec, PromptCond
 from ..checkpoint import check_state_dict
 from ..device import resolve_device
-from ..precision import autocast, check_precision
+from ..precision import DTYPES, autocast, check_precision
 from . import vocab
 from .autoencoder import Autoencoder, to_uint8
 from .config import ConfigError, EmbeddedConfig
@@ -94,6 +94,10 @@ class EmbeddedModel:
             sink_frames=cfg.sink_frames, window_frames=cfg.window_frames,
             frames_per_chunk=cfg.frames_per_chunk,
         )
+
+    @property
+    def compute_dtype(self) -> torch.dtype:
+        return DTYPES[self.precision]
 
     def to(self, device: str | torch.device) -> EmbeddedModel:
         """Move the weights to `device` (a pool made earlier stays where it was made).

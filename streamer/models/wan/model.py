@@ -114,6 +114,10 @@ class WanCausalModel:
     def device(self) -> torch.device:
         return self.net.device
 
+    @property
+    def compute_dtype(self) -> torch.dtype:
+        return self.net.dtype
+
     # -- the model contract -------------------------------------------------------------------
     def new_pool(self, num_slots: int) -> StreamCachePool:
         return StreamCachePool(self.layout, num_slots, self.net.dtype, self.device, self._forget)
