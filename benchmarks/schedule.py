@@ -22,6 +22,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.common import RESULTS, emit_result  # noqa: E402
+from streamer.argtypes import positive_int  # noqa: E402
 from streamer.models.embedded import evaluate_cli as ec  # noqa: E402
 from streamer.models.embedded.model import EmbeddedModel  # noqa: E402
 
@@ -52,7 +53,7 @@ def main() -> int:
     ap.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
     ap.add_argument("--story", type=int, default=12, help="story clips per seed")
     ap.add_argument("--game", type=int, default=6, help="game clips per seed")
-    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--threads", type=positive_int, default=1)
     ap.add_argument("--json", action="store_true", help="print the result object as the last line")
     ap.add_argument("--out", type=Path, default=RESULTS / "schedule.json")
     args = ap.parse_args()

@@ -16,16 +16,7 @@ import asyncio
 import logging
 import sys
 
-
-def _positive_int(text: str) -> int:
-    """argparse type: an integer of at least 1 (argparse's error names the flag)."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
+from .argtypes import positive_int
 
 
 def _serve_args(p: argparse.ArgumentParser) -> None:
@@ -60,7 +51,7 @@ def _serve_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--precision", default=None, metavar="fp32|bf16",
                    help="what the embedded model computes in (default fp32; bf16 needs a CPU or GPU "
                         "with native bf16, see docs/model.md)")  # fmt: skip
-    p.add_argument("--threads", type=_positive_int, default=None,
+    p.add_argument("--threads", type=positive_int, default=None,
                    help="torch threads for the model (default: torch's choice, one per core)")
 
 

@@ -32,3 +32,17 @@ def test_eval_device_cuda_without_cuda_exits_2(capsys):
     out, err = capsys.readouterr()
     assert "streamer eval: error:" in err and "CUDA is not available" in err and "--device cpu" in err
     assert out == ""  # no figures: nothing ran
+
+
+def test_eval_threads_must_be_positive(capsys):
+    with pytest.raises(SystemExit) as exc:
+        streamer_main(["eval", "--quick", "--threads", "0"])
+    assert exc.value.code == 2
+    assert "argument --threads: must be at least 1, got 0" in capsys.readouterr().err
+
+
+def test_eval_bad_guidance_exits_2(capsys):
+    assert streamer_main(["eval", "--quick", "--json", "--guidance", "0"]) == 2
+    out, err = capsys.readouterr()
+    assert "streamer eval: error:" in err and "guidance needs scale > 0" in err
+    assert out == ""

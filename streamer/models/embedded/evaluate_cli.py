@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from ...argtypes import positive_int
 from ...sampling import SAMPLERS
 from ..device import DEVICE_CHOICES
 from ..precision import PRECISIONS
@@ -160,17 +161,22 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--steps", type=int, default=None)
     ap.add_argument("--sampler", choices=SAMPLERS, default="euler")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--threads", type=positive_int, default=None)
     ap.add_argument("--device", choices=DEVICE_CHOICES, default="cpu",
                     help="where the model runs (frames come back to the CPU to be scored)")
     ap.add_argument("--precision", choices=PRECISIONS, default="fp32",
                     help="what the model computes in (bf16 needs native bf16: docs/model.md, Precision)")
+    ap.add_argument("--guidance", type=float, default=None,
+                    help="classifier-free guidance scale (default: the weights' config; 1 is off)")
+    ap.add_argument("--guidance-min-t", type=float, default=None,
+                    help="guide only the steps at t >= this (default: the weights' config)")
     ap.add_argument("--out", type=Path, default=None, help="also write the JSON here")
     args = ap.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
     try:
         model = EmbeddedModel.load(args.weights, device=args.device, precision=args.precision)
+        model.configure_guidance(args.guidance, args.guidance_min_t)
     except ValueError as exc:  # ConfigError, DeviceError, PrecisionError: bad weights, no such device, no bf16
         print(f"streamer eval: error: {exc}", file=sys.stderr)
         return 2
@@ -191,6 +197,8 @@ def main(argv: list[str] | None = None) -> int:
     res["steps"] = args.steps or model.spec.default_steps
     res["sampler"] = args.sampler
     res["precision"] = args.precision
+    res["guidance_scale"] = model.cfg.guidance_scale
+    res["guidance_min_t"] = model.cfg.guidance_min_t
     res["device"] = args.device
     res["eval_seconds"] = round(time.perf_counter() - started, 1)
     for key, value in res.items():

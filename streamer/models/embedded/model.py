@@ -15,6 +15,7 @@ autocast on hardware with native bf16; latents, prompt tensors and the KV cache 
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import torch
@@ -66,6 +67,7 @@ class EmbeddedModel:
         # Acceleration switches, off until configure_caching() turns them on (docs/caching.md).
         self.step_cache: FirstBlockCache | None = None
         self.commit_reuse = False
+        self._null_prompt: PromptCond | None = None  # the empty prompt, encoded on first guidance
         # None keeps the modules where they are (freshly built: the CPU).
         self.device = next(self.dit.parameters()).device
         self.to(device if device is not None else self.device)
@@ -180,6 +182,14 @@ class EmbeddedModel:
         _check_step_reuse_device(step_cache, self.device)
         self.step_cache, self.commit_reuse = step_cache, commit_reuse
 
+    def configure_guidance(self, scale: float | None = None, min_t: float | None = None) -> None:
+        """Override the config's classifier-free guidance (None keeps a value); scale 1 is off."""
+        scale = self.cfg.guidance_scale if scale is None else float(scale)
+        min_t = self.cfg.guidance_min_t if min_t is None else float(min_t)
+        if not (scale > 0 and 0.0 <= min_t <= 1.0):
+            raise ValueError(f"guidance needs scale > 0 and 0 <= min_t <= 1 (got scale {scale}, min_t {min_t})")
+        self.cfg = dataclasses.replace(self.cfg, guidance_scale=scale, guidance_min_t=min_t)
+
     def caching_stats(self) -> dict[str, float]:
         """Counters of the techniques switched on (step reuse: samples seen, samples reused)."""
         if self.step_cache is None:
@@ -220,8 +230,30 @@ class EmbeddedModel:
         """x (B, F, C, h, w) at times t (B,) -> x0 estimate (B, F, C, h, w), on x's device and dtype."""
         runner = None if self.step_cache is None else self.step_cache.runner(cache)
         xd, td = x.to(self.device, torch.float32), t.to(self.device, torch.float32)
+        guided = self._guided_rows(t)
+        # The unconditional pass runs first: both passes write the chunk's keys/values to the
+        # same scratch frames, and the conditional ones must be what stays there.
+        v_uncond = self._forward(xd[guided], td[guided], self._unconditional(cond, guided),
+                                 cache.subset(guided)) if guided else None
         v = self._forward(xd, td, cond, cache, runner)
+        if v_uncond is not None:
+            rows = torch.tensor(guided, device=v.device)
+            v[rows] = torch.lerp(v_uncond, v[rows], self.cfg.guidance_scale)  # vu + s * (vc - vu)
         return (xd - td.view(-1, 1, 1, 1, 1) * v).to(x.device, x.dtype)
+
+    def _guided_rows(self, t: torch.Tensor) -> list[int]:
+        """Batch rows that get classifier-free guidance (t is on the host: no device sync)."""
+        if self.cfg.guidance_scale == 1.0:
+            return []
+        return [i for i, ti in enumerate(t.tolist()) if ti >= self.cfg.guidance_min_t]
+
+    def _unconditional(self, cond: Conditioning, rows: list[int]) -> Conditioning:
+        """The same actions and controls under the empty prompt (what training drops prompts to)."""
+        if self._null_prompt is None:
+            self._null_prompt = self.encode_prompt([""])[0]
+        idx = torch.tensor(rows)
+        return Conditioning(prompts=[self._null_prompt] * len(rows), actions=cond.actions[idx],
+                            controls=cond.controls[idx])
 
     @torch.no_grad()
     def commit(self, x0: torch.Tensor, cond: Conditioning, cache: CacheBatch) -> None:

@@ -7,7 +7,8 @@ Two stages, each resumable from `--run-dir` (checkpoints every few minutes):
    a clean past before the chunk being denoised, the shape of inference. Clips are as long
    as the streaming view (sinks + window + chunk); half of them have a time gap after the
    sink chunk, because in a long stream the sinks are old. Prompts switch mid-clip so
-   redirects are learned.
+   redirects are learned, and a tenth of the chunks are trained under the empty prompt so
+   that classifier-free guidance has an unconditional prediction to steer away from.
 
 The EMA weights are exported to `streamer/models/embedded/weights/` (or `--export`) at every
 checkpoint, so the shipped model is always the latest one.
@@ -26,6 +27,7 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
+from ...argtypes import positive_int
 from .autoencoder import Autoencoder, to_unit
 from .config import EmbeddedConfig
 from .dit import CausalDiT
@@ -128,8 +130,10 @@ def evaluate_autoencoder(ae: Autoencoder, size: int, seed: int = 12345, n: int =
 class ClipSampler:
     """Latent training clips: [sink chunk, (gap), window chunks, current chunk]."""
 
-    def __init__(self, model: EmbeddedModel, rng: np.random.Generator, gap_prob: float = 0.5):
+    def __init__(self, model: EmbeddedModel, rng: np.random.Generator, gap_prob: float = 0.5,
+                 null_prompt_prob: float = 0.1):
         self.model, self.rng, self.gap_prob = model, rng, gap_prob
+        self.null_prompt_prob = null_prompt_prob
         self.cfg = model.cfg
 
     def sample(self, batch: int) -> dict[str, torch.Tensor]:
@@ -143,7 +147,10 @@ class ClipSampler:
             frames.append(clip.frames[keep])
             acts.append(clip.actions[keep])
             ctrls.append(clip.controls[keep])
-            chunk_prompts = [clip.prompts[i // f] for i in keep]
+            # Some chunks are trained under the empty prompt, so the model also learns the
+            # unconditional prediction that classifier-free guidance steers away from.
+            prompts = [p if self.rng.random() >= self.null_prompt_prob else "" for p in clip.prompts]
+            chunk_prompts = [prompts[i // f] for i in keep]
             toks.append(torch.stack([prompt_tokens(p, cfg.dit.max_tokens)[0] for p in chunk_prompts]))
         flat = torch.from_numpy(np.concatenate(frames))
         latents = self.model.encode_frames(flat).reshape(batch, n, *self.model.spec.latent_shape[1:])
@@ -265,7 +272,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--lr", type=float, default=3e-4)
     ap.add_argument("--config", type=Path, default=None, help="model config JSON (default: the shipped one)")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--threads", type=positive_int, default=2)
     ap.add_argument("--ckpt-minutes", type=float, default=3.0)
     ap.add_argument("--cooldown-steps", type=int, default=0,
                     help="the learning rate falls linearly to zero over the last N of --dit-steps")
