@@ -5,6 +5,7 @@ import json
 import numpy as np
 import pytest
 import torch
+from PIL import Image
 
 from streamer.engine_factory import tiny_embedded
 from streamer.models.embedded.train import ClipSampler, dit_loss, main
@@ -45,6 +46,10 @@ def test_training_script_runs_checkpoints_and_resumes(tmp_path):
     assert json.loads((tmp_path / "export" / "dit_step.json").read_text())["step"] == 4
     log = [json.loads(line) for line in (tmp_path / "run" / "dit_log.jsonl").read_text().splitlines()]
     assert [e["step"] for e in log] == [1, 2, 3, 4]
+    sheets = sorted((tmp_path / "run" / "samples").iterdir())
+    assert [p.name for p in sheets] == [f"step_00000{i}.png" for i in (1, 2, 3, 4)]
+    # 3 stories, a game, an avatar: 5 rows of 32x32 frames under a 12-pixel label, every 2nd of 16 frames.
+    assert Image.open(sheets[-1]).size == (8 * 32, 5 * (32 + 12))
 
 
 def test_cooldown_brings_the_learning_rate_down_to_the_last_step(tmp_path):

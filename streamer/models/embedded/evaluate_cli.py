@@ -59,9 +59,7 @@ def eval_story(model: EmbeddedModel, rng: np.random.Generator, n: int, chunks: i
     }
 
 
-def eval_game(model: EmbeddedModel, rng: np.random.Generator, n: int, chunks: int, steps: int | None,
-              sampler: str) -> dict[str, float]:
-    f = model.spec.frames_per_chunk
+def game_scripts(rng: np.random.Generator, n: int, chunks: int, f: int) -> tuple[list[Script], list]:
     scripts, specs = [], []
     for _ in range(n):
         spec = vocab.random_spec(rng, "game")
@@ -73,6 +71,13 @@ def eval_game(model: EmbeddedModel, rng: np.random.Generator, n: int, chunks: in
         scripts.append(Script([vocab.describe(spec)] * chunks, _held(acts[:chunks], f).astype(np.int64),
                               _held([[0.0, 1.0]] * chunks, f).astype(np.float32)))
         specs.append(spec)
+    return scripts, specs
+
+
+def eval_game(model: EmbeddedModel, rng: np.random.Generator, n: int, chunks: int, steps: int | None,
+              sampler: str) -> dict[str, float]:
+    f = model.spec.frames_per_chunk
+    scripts, specs = game_scripts(rng, n, chunks, f)
     frames = rollout(model, scripts, steps, int(rng.integers(1 << 30)), sampler).frames
     scores = [ev.score_game(fr, s.actions, sp) for fr, s, sp in zip(frames, scripts, specs, strict=True)]
     lags = [s["response_frames"] for s in scores if not np.isnan(s["response_frames"])]
@@ -86,9 +91,7 @@ def eval_game(model: EmbeddedModel, rng: np.random.Generator, n: int, chunks: in
     }
 
 
-def eval_avatar(model: EmbeddedModel, rng: np.random.Generator, n: int, chunks: int, steps: int | None,
-                sampler: str) -> dict[str, float]:
-    f = model.spec.frames_per_chunk
+def avatar_scripts(rng: np.random.Generator, n: int, chunks: int, f: int) -> tuple[list[Script], list]:
     scripts, specs = [], []
     for _ in range(n):
         spec = vocab.random_spec(rng, "avatar")
@@ -97,6 +100,13 @@ def eval_avatar(model: EmbeddedModel, rng: np.random.Generator, n: int, chunks: 
         scripts.append(Script([vocab.describe(spec)] * chunks, np.zeros(chunks * f, np.int64),
                               _held(ctrl.tolist(), f).astype(np.float32)))
         specs.append(spec)
+    return scripts, specs
+
+
+def eval_avatar(model: EmbeddedModel, rng: np.random.Generator, n: int, chunks: int, steps: int | None,
+                sampler: str) -> dict[str, float]:
+    f = model.spec.frames_per_chunk
+    scripts, specs = avatar_scripts(rng, n, chunks, f)
     frames = rollout(model, scripts, steps, int(rng.integers(1 << 30)), sampler).frames
     corr = [ev.score_avatar(fr, s.controls, sp)["mouth_corr"] for fr, s, sp in zip(frames, scripts, specs, strict=True)]
     return {"avatar_mouth_corr": _nanmean(corr)}

@@ -11,7 +11,8 @@ Two stages, each resumable from `--run-dir` (checkpoints every few minutes):
    that classifier-free guidance has an unconditional prediction to steer away from.
 
 The EMA weights are exported to `streamer/models/embedded/weights/` (or `--export`) at every
-checkpoint, so the shipped model is always the latest one.
+checkpoint, so the shipped model is always the latest one, and a sample sheet of them is written
+to `<run-dir>/samples/` (see samples.py).
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from .config import EmbeddedConfig
 from .dit import CausalDiT
 from .masks import block_causal_context
 from .model import WEIGHTS_DIR, EmbeddedModel, prompt_tokens
+from .samples import sample_sheet
 from .world import sample_clip
 
 
@@ -251,15 +253,18 @@ def train_dit(model: EmbeddedModel, run: Path, steps: int, batch: int, seed: int
             with log_path.open("a") as fh:
                 fh.write(json.dumps({"step": step, "loss": float(np.mean(losses[-100:])),
                                      "minutes": (time.monotonic() - t_start) / 60}) + "\n")
-            export_weights(model, ema, export, step)
+            shipped = export_weights(model, ema, export, step)
+            (run / "samples").mkdir(exist_ok=True)
+            sample_sheet(shipped).save(run / "samples" / f"step_{step:06d}.png")
             last_ckpt = time.monotonic()
     bar.close()
 
 
-def export_weights(model: EmbeddedModel, ema: CausalDiT, export: Path, step: int) -> None:
+def export_weights(model: EmbeddedModel, ema: CausalDiT, export: Path, step: int) -> EmbeddedModel:
     shipped = EmbeddedModel(model.cfg, ae=model.ae, dit=copy.deepcopy(ema))
     shipped.save(export)
     (export / "dit_step.json").write_text(json.dumps({"step": step}) + "\n")
+    return shipped
 
 
 def main(argv: list[str] | None = None) -> None:
