@@ -1,7 +1,7 @@
 """`streamer` command line: `serve`, `client`, `protocol-schema`, and `eval` (the model evaluator).
 
     streamer serve [--host 127.0.0.1] [--port 8000] [--model embedded] [--device cpu|cuda]
-                   [--precision fp32|bf16] [--fps F] ...
+                   [--precision fp32|bf16] [--guidance S] [--fps F] ...
     streamer client --url http://H:P --transport ws|webrtc --prompt TEXT --frames N [--out F.mp4] --json
     streamer protocol-schema [--markdown]
     streamer eval ...            (streamer.models.embedded.evaluate_cli)
@@ -51,6 +51,9 @@ def _serve_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--precision", default=None, metavar="fp32|bf16",
                    help="what the embedded model computes in (default fp32; bf16 needs a CPU or GPU "
                         "with native bf16, see docs/model.md)")  # fmt: skip
+    p.add_argument("--guidance", type=float, default=None, metavar="SCALE",
+                   help="classifier-free guidance scale of the embedded model (default: its weights' "
+                        "config; 1 is off; guided steps cost a second model pass, docs/model.md)")  # fmt: skip
     p.add_argument("--threads", type=positive_int, default=None,
                    help="torch threads for the model (default: torch's choice, one per core)")
 

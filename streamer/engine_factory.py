@@ -41,26 +41,33 @@ def tiny_embedded(seed: int = 0, device: str | torch.device | None = None, preci
 
 
 def build_model(name: str, config: str | None, weights: str | None, device: str | None = None,
-                precision: str | None = None):
+                precision: str | None = None, guidance: float | None = None):
     """The model `streamer serve --model NAME` serves, on `device`, computing in `precision`.
 
     `device` None is each model's own default: the CPU for the embedded model (it is built to run
     live there), the GPU when there is one for Wan. A device this machine lacks is a DeviceError,
     and a precision it cannot compute in natively a PrecisionError (both ValueErrors), before any
     weight is read. `precision` None is fp32 for the embedded model; Wan computes in the dtype
-    its loader picks (bf16 on a GPU, fp32 on the CPU) and takes no `precision`.
+    its loader picks (bf16 on a GPU, fp32 on the CPU) and takes no `precision`. `guidance`
+    overrides the embedded model's classifier-free guidance scale (None: its config's).
     """
     if name == "embedded":
         precision = precision or "fp32"
         if config == "tiny-random":
-            return tiny_embedded(device=device, precision=precision)
-        if config is not None:
+            model = tiny_embedded(device=device, precision=precision)
+        elif config is not None:
             raise ValueError(f"--config for the embedded model must be 'tiny-random', got {config!r}")
-        return EmbeddedModel.load(Path(weights) if weights else None, device=device, precision=precision)
+        else:
+            model = EmbeddedModel.load(Path(weights) if weights else None, device=device, precision=precision)
+        model.configure_guidance(guidance)
+        return model
     if name == "wan-causal":
         if precision is not None:
             raise ValueError("--precision is for the embedded model; wan-causal computes in the dtype its "
                              "loader picks (bf16 on a GPU, fp32 on the CPU; see docs/wan.md)")
+        if guidance is not None:
+            raise ValueError("--guidance is for the embedded model; the distilled wan-causal checkpoints "
+                             "sample without classifier-free guidance")
         # Guarded: needs the `wan` extra (diffusers, transformers); its ImportError says so.
         from .models.wan import WanCausalModel, tiny_random
 
@@ -77,7 +84,8 @@ def build_model(name: str, config: str | None, weights: str | None, device: str 
 
 def build_engine(args: argparse.Namespace) -> Engine:
     model = build_model(args.model, getattr(args, "config", None), getattr(args, "weights", None),
-                        getattr(args, "device", None), getattr(args, "precision", None))
+                        getattr(args, "device", None), getattr(args, "precision", None),
+                        getattr(args, "guidance", None))
     bound = getattr(args, "utilisation_bound", None)
     cfg = EngineConfig(
         max_sessions=args.max_sessions or 8,

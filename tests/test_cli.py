@@ -179,3 +179,14 @@ def test_serve_caching_flags_reach_the_engine():
 def test_serve_bad_step_reuse_exits_2_naming_it(capsys):
     assert cli.main(["serve", "--config", "tiny-random", "--step-reuse", "-1"]) == 2
     assert "step reuse threshold must be a number >= 0, got -1.0" in capsys.readouterr().err
+
+
+def test_serve_guidance_flag_reaches_the_model(capsys):
+    from streamer.engine_factory import build_engine
+
+    engine = build_engine(cli.build_parser().parse_args(["serve", "--config", "tiny-random", "--guidance", "2.5"]))
+    assert engine.model.cfg.guidance_scale == 2.5
+    assert cli.main(["serve", "--config", "tiny-random", "--guidance", "0"]) == 2
+    assert "guidance needs scale > 0" in capsys.readouterr().err
+    assert cli.main(["serve", "--model", "wan-causal", "--config", "tiny-random", "--guidance", "2"]) == 2
+    assert "--guidance is for the embedded model" in capsys.readouterr().err
