@@ -59,9 +59,13 @@ def test_score_story_reads_motion() -> None:
         world = World(spec, rng)
         frames = np.stack([world.step() for _ in range(16)])
         scores = score_story(frames, spec)
-        assert scores["adherence"] == 1.0 and scores["motion"] == 1.0, motion
+        assert scores["adherence"] == 1.0 and scores["motion"] == 1.0 and scores["colour"] == 1.0, motion
         wrong = SceneSpec("story", "night", (ObjectSpec("blue", "triangle", motion),))
-        assert score_story(frames, wrong)["adherence"] == 0.0
+        assert score_story(frames, wrong)["adherence"] == 0.0 and score_story(frames, wrong)["colour"] == 0.0
+        # The right colour in the wrong shape: colour seen, adherence not.
+        other_shape = SceneSpec("story", "night", (ObjectSpec("yellow", "square", motion),))
+        assert score_story(frames, other_shape)["colour"] == 1.0
+        assert score_story(frames, other_shape)["shape_and_colour"] == 0.0
 
 
 def test_character_centroid_tracks_the_character() -> None:

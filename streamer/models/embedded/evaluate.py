@@ -144,7 +144,7 @@ def score_story(frames: np.ndarray, spec: SceneSpec) -> dict[str, float]:
     with its colour and shape. Motion is right when the object's track reads as its motion.
     """
     size = frames.shape[1]
-    bg_ok, obj_ok, shape_ok = [], [], []
+    bg_ok, obj_ok, shape_ok, colour_ok = [], [], [], []
     tracks = np.full((len(spec.objects), len(frames), 2), np.nan)
     for t, frame in enumerate(frames):
         bg_ok.append(background_of(frame) == spec.background)
@@ -155,6 +155,7 @@ def score_story(frames: np.ndarray, spec: SceneSpec) -> dict[str, float]:
             if same:
                 tracks[i, t] = same[0].centre
             hit = bool(same) and same[0].shape == obj.shape
+            colour_ok.append(bool(same))
             shape_ok.append(hit)
             ok_all = ok_all and hit
         obj_ok.append(ok_all)
@@ -165,6 +166,7 @@ def score_story(frames: np.ndarray, spec: SceneSpec) -> dict[str, float]:
         "background": float(np.mean(bg_ok)),
         "objects": float(np.mean(obj_ok)),
         "shape_and_colour": float(np.mean(shape_ok)),
+        "colour": float(np.mean(colour_ok)),  # the object's colour seen, whatever its shape
         "motion": float(np.mean(motion_ok)),
     }
 

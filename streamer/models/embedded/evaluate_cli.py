@@ -55,6 +55,7 @@ def eval_story(model: EmbeddedModel, rng: np.random.Generator, n: int, chunks: i
         "prompt_adherence": float(np.mean([s["adherence"] for s in scores])),
         "background": float(np.mean([s["background"] for s in scores])),
         "shape_and_colour": float(np.mean([s["shape_and_colour"] for s in scores])),
+        "colour": float(np.mean([s["colour"] for s in scores])),
         "motion_accuracy": float(np.mean(moving)),
     }
 
