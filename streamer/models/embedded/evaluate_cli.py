@@ -163,6 +163,14 @@ def speed(model: EmbeddedModel, steps: int | None, sampler: str, batches: tuple[
     return out
 
 
+def add_guidance_arguments(ap: argparse.ArgumentParser) -> None:
+    """--guidance and --guidance-min-t, for EmbeddedModel.configure_guidance (None keeps the config's)."""
+    ap.add_argument("--guidance", type=float, default=None,
+                    help="classifier-free guidance scale (default: the weights' config; 1 is off)")
+    ap.add_argument("--guidance-min-t", type=float, default=None,
+                    help="guide only the steps at t >= this (default: the weights' config)")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="streamer eval", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -177,10 +185,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="where the model runs (frames come back to the CPU to be scored)")
     ap.add_argument("--precision", choices=PRECISIONS, default="fp32",
                     help="what the model computes in (bf16 needs native bf16: docs/model.md, Precision)")
-    ap.add_argument("--guidance", type=float, default=None,
-                    help="classifier-free guidance scale (default: the weights' config; 1 is off)")
-    ap.add_argument("--guidance-min-t", type=float, default=None,
-                    help="guide only the steps at t >= this (default: the weights' config)")
+    add_guidance_arguments(ap)
     ap.add_argument("--out", type=Path, default=None, help="also write the JSON here")
     args = ap.parse_args(argv)
     if args.threads:

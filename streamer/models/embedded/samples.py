@@ -16,7 +16,7 @@ import numpy as np
 from PIL import Image, ImageDraw
 
 from ...argtypes import positive_int
-from .evaluate_cli import avatar_scripts, game_scripts, story_scripts
+from .evaluate_cli import add_guidance_arguments, avatar_scripts, game_scripts, story_scripts
 from .model import EmbeddedModel
 from .rollout import rollout
 
@@ -47,8 +47,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--chunks", type=positive_int, default=8)
-    ap.add_argument("--guidance", type=float, default=None, help="classifier-free guidance scale")
-    ap.add_argument("--guidance-min-t", type=float, default=None)
+    add_guidance_arguments(ap)
     args = ap.parse_args(argv)
     model = EmbeddedModel.load(args.weights)
     model.configure_guidance(args.guidance, args.guidance_min_t)
