@@ -67,6 +67,9 @@ class EmbeddedConfig:
     # t >= guidance_min_t are guided, i.e. the first steps of a chunk, where its layout is made.
     guidance_scale: float = 1.0
     guidance_min_t: float = 0.0
+    # The guidance scale distillation baked into the weights (1.0: none): such a model follows its
+    # prompt that strongly in one pass a step, with guidance_scale 1 (see docs/model.md, "Guidance").
+    distilled_guidance_scale: float = 1.0
 
     @property
     def context_frames(self) -> int:

@@ -19,8 +19,10 @@ from __future__ import annotations
 
 import argparse
 import copy
+import dataclasses
 import json
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -31,6 +33,7 @@ from tqdm import tqdm
 from ...argtypes import positive_int
 from .autoencoder import Autoencoder, to_unit
 from .config import EmbeddedConfig
+from .distill import clip_text, guidance_distill_loss, sample_times
 from .dit import CausalDiT
 from .masks import block_causal_context
 from .model import WEIGHTS_DIR, EmbeddedModel, prompt_tokens
@@ -169,13 +172,8 @@ def dit_loss(dit: CausalDiT, data: dict[str, torch.Tensor], cfg: EmbeddedConfig)
     b, t = x0.shape[:2]
     f = cfg.frames_per_chunk
     chunks = t // f
-    # Independent noise level per chunk (diffusion forcing). Logit-normal leans to mid times
-    # and almost never draws t near 1 (0.7% above 0.95), yet inference starts every chunk at
-    # t = 1 and visits only the schedule's few times; the layout (where objects are, which
-    # face) is decided at that first step. So half the chunks train at the schedule's times.
-    grid = torch.tensor(cfg.timesteps)
-    on_grid = grid[torch.randint(len(grid), (b, chunks))]
-    t_chunk = torch.where(torch.rand(b, chunks) < 0.5, on_grid, torch.sigmoid(torch.randn(b, chunks) * 1.2))
+    # Independent noise level per chunk (diffusion forcing), half of them at the schedule's times.
+    t_chunk = sample_times(cfg, (b, chunks))
     # Half the clips take the inference shape: a clean past (small noise, against the drift
     # of rollouts that feed on their own output) before a random chunk that is denoised.
     first = torch.randint(1, chunks, (b, 1))
@@ -186,10 +184,7 @@ def dit_loss(dit: CausalDiT, data: dict[str, torch.Tensor], cfg: EmbeddedConfig)
     bc = (..., None, None, None)
     x_t = (1 - t_frame[bc]) * x0 + t_frame[bc] * noise
 
-    tokens = data["tokens"].reshape(b * t, -1)
-    uniq, inverse = torch.unique(tokens, dim=0, return_inverse=True)
-    enc = dit.encode_text(uniq)
-    text = {k: v[inverse].reshape(b, t, *v.shape[1:]) for k, v in enc.items()}
+    text = clip_text(dit, data["tokens"])
     ctx = block_causal_context(b, t, f, cfg.dit.tokens_per_frame)
     v = dit(x_t, t_frame, text, data["actions"], data["controls"], ctx)
     # Nearly clean chunks are context only: their velocity target is unpredictable noise.
@@ -198,8 +193,17 @@ def dit_loss(dit: CausalDiT, data: dict[str, torch.Tensor], cfg: EmbeddedConfig)
 
 
 def train_dit(model: EmbeddedModel, run: Path, steps: int, batch: int, seed: int,
-              minutes_per_ckpt: float, export: Path, lr: float, cooldown: int = 0) -> None:
+              minutes_per_ckpt: float, export: Path, lr: float, cooldown: int = 0,
+              loss_fn: Callable[[CausalDiT, dict[str, torch.Tensor]], torch.Tensor] | None = None,
+              record: dict | None = None) -> None:
+    """Train `model.dit` with `loss_fn` (default: flow matching, `dit_loss`), resumable from `run`.
+
+    `record` is written into the exported dit_step.json beside the step (what the run was).
+    """
     cfg, dit = model.cfg, model.dit
+    if loss_fn is None:
+        def loss_fn(net: CausalDiT, data: dict[str, torch.Tensor]) -> torch.Tensor:
+            return dit_loss(net, data, cfg)
     ema = copy.deepcopy(dit).eval()
     for p in ema.parameters():
         p.requires_grad_(False)
@@ -232,7 +236,7 @@ def train_dit(model: EmbeddedModel, run: Path, steps: int, batch: int, seed: int
         cool = min(1.0, (steps - step) / cooldown) if cooldown > 0 else 1.0
         for g in opt.param_groups:
             g["lr"] = lr * warm * cool
-        loss = dit_loss(dit, data, cfg)
+        loss = loss_fn(dit, data)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(dit.parameters(), 1.0)
@@ -253,18 +257,36 @@ def train_dit(model: EmbeddedModel, run: Path, steps: int, batch: int, seed: int
             with log_path.open("a") as fh:
                 fh.write(json.dumps({"step": step, "loss": float(np.mean(losses[-100:])),
                                      "minutes": (time.monotonic() - t_start) / 60}) + "\n")
-            shipped = export_weights(model, ema, export, step)
+            shipped = export_weights(model, ema, export, {"step": step, **(record or {})})
             (run / "samples").mkdir(exist_ok=True)
             sample_sheet(shipped).save(run / "samples" / f"step_{step:06d}.png")
             last_ckpt = time.monotonic()
     bar.close()
 
 
-def export_weights(model: EmbeddedModel, ema: CausalDiT, export: Path, step: int) -> EmbeddedModel:
+def export_weights(model: EmbeddedModel, ema: CausalDiT, export: Path, record: dict) -> EmbeddedModel:
     shipped = EmbeddedModel(model.cfg, ae=model.ae, dit=copy.deepcopy(ema))
     shipped.save(export)
-    (export / "dit_step.json").write_text(json.dumps({"step": step}) + "\n")
+    (export / "dit_step.json").write_text(json.dumps(record) + "\n")
     return shipped
+
+
+def distill_guidance(args: argparse.Namespace) -> None:
+    """Guidance distillation (distill.py): the student starts as the teacher and runs unguided."""
+    if args.export.resolve() == args.distill_guidance.resolve():
+        raise SystemExit("--export must differ from the teacher's folder: the teacher is reloaded on resume")
+    teacher = EmbeddedModel.load(args.distill_guidance)
+    scale = teacher.cfg.guidance_scale
+    if scale == 1.0 or teacher.cfg.guidance_min_t > 0:
+        raise SystemExit(f"{args.distill_guidance}: guidance_scale {scale}, guidance_min_t "
+                         f"{teacher.cfg.guidance_min_t}: distillation needs a teacher guided on every step")
+    teacher.dit.eval().requires_grad_(False)
+    cfg = dataclasses.replace(teacher.cfg, guidance_scale=1.0, distilled_guidance_scale=scale)
+    model = EmbeddedModel(cfg, ae=teacher.ae, dit=copy.deepcopy(teacher.dit).requires_grad_(True))
+    teacher_step = json.loads((args.distill_guidance / "dit_step.json").read_text())["step"]
+    train_dit(model, args.run_dir, args.dit_steps, args.batch, args.seed, args.ckpt_minutes, args.export, args.lr,
+              args.cooldown_steps, lambda net, data: guidance_distill_loss(net, teacher.dit, data, cfg, scale),
+              {"stage": "guidance-distill", "teacher_step": teacher_step, "guidance_scale": scale})
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -284,12 +306,18 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--decoder-steps", type=int, default=0,
                     help="instead of training: fine-tune the decoder of the model in --export for N steps "
                          "(encoder frozen, so the DiT needs no retraining) and save it back")
+    ap.add_argument("--distill-guidance", type=Path, default=None, metavar="TEACHER",
+                    help="instead of training: distil the guided model in TEACHER (its guidance_scale) "
+                         "into one that needs one pass a step, for --dit-steps steps, exported to --export")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
     args.run_dir.mkdir(parents=True, exist_ok=True)
     if args.decoder_steps:
         finetune_decoder(args.export, args.run_dir, args.decoder_steps, args.seed, args.ckpt_minutes)
+        return
+    if args.distill_guidance is not None:
+        distill_guidance(args)
         return
 
     cfg = EmbeddedConfig()

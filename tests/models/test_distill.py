@@ -1,0 +1,117 @@
+"""Guidance distillation: its target is what guided inference computes, and the student learns it."""
+
+import copy
+import dataclasses
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from streamer.models.base import Conditioning
+from streamer.models.embedded.distill import guidance_distill_loss, guided_velocity
+from streamer.models.embedded.model import EmbeddedModel, prompt_tokens
+from streamer.models.embedded.train import ClipSampler, main
+from tests.models.test_causal_equivalence import TOL, tiny_model
+
+PROMPTS = ["a red ball moving left on grass", "a blue square moving up on sea"]
+
+
+def test_target_equals_guided_inference_over_the_cache():
+    """Clean past committed to the cache, then a guided denoise: the velocity the training targets."""
+    model = tiny_model()
+    model.configure_guidance(2.5, 0.0)
+    f, chunks = model.cfg.frames_per_chunk, 3
+    n = f * chunks
+    latent = model.spec.latent_shape[1:]
+    x = torch.randn(1, n, *latent)
+    actions, controls = torch.randint(0, 5, (1, n)), torch.rand(1, n, 2)
+    per_chunk = [PROMPTS[0], PROMPTS[0], PROMPTS[1]]  # the current chunk is a redirect
+    tokens = torch.stack([prompt_tokens(per_chunk[i // f], model.cfg.dit.max_tokens)[0] for i in range(n)])[None]
+    t_now = 0.75
+    t_frame = torch.zeros(1, n)
+    t_frame[:, -f:] = t_now
+    target = guided_velocity(model.dit, x, t_frame, {"tokens": tokens, "actions": actions, "controls": controls},
+                             model.cfg, 2.5)
+
+    pool = model.new_pool(1)
+    slot = pool.allocate()
+    for k in range(chunks):
+        sl = slice(k * f, (k + 1) * f)
+        cond = Conditioning(model.encode_prompt([per_chunk[k]]), actions[:, sl], controls[:, sl])
+        if k < chunks - 1:
+            model.commit(x[:, sl], cond, pool.batch([slot], commit=True))
+    x0 = model.denoise(x[:, -f:], torch.tensor([t_now]), cond, pool.batch([slot]))
+    torch.testing.assert_close((x[:, -f:] - x0) / t_now, target, atol=TOL, rtol=TOL)
+
+
+def batch(model):
+    torch.manual_seed(0)
+    return ClipSampler(model, np.random.default_rng(0)).sample(3)
+
+
+def test_loss_is_the_guidance_gap_when_the_student_is_the_teacher():
+    model = tiny_model()
+    data = batch(model)
+    torch.manual_seed(1)
+    with torch.no_grad():
+        unguided = guidance_distill_loss(model.dit, model.dit, data, model.cfg, 1.0).item()
+        torch.manual_seed(2)
+        guided = guidance_distill_loss(model.dit, model.dit, data, model.cfg, 3.0).item()
+    assert unguided < 1e-10  # scale 1: the target is the conditional velocity itself
+    assert guided > 1e-4  # scale 3: the student is off by 2 (vc - vu)
+
+
+def test_student_moves_towards_the_guided_teacher():
+    model = tiny_model()
+    teacher = copy.deepcopy(model.dit).requires_grad_(False)
+    data = batch(model)
+    opt = torch.optim.AdamW(model.dit.parameters(), lr=2e-3)
+
+    def loss_at(seed: int) -> torch.Tensor:
+        torch.manual_seed(seed)  # the same noise draw every time: only the student changes
+        return guidance_distill_loss(model.dit, teacher, data, model.cfg, 2.0)
+
+    with torch.no_grad():
+        before = loss_at(123).item()
+    for step in range(30):
+        loss = loss_at(step)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    with torch.no_grad():
+        after = loss_at(123).item()
+    assert after < 0.7 * before, (before, after)
+
+
+def guided_teacher(tmp_path):
+    model = tiny_model()
+    model.cfg = dataclasses.replace(model.cfg, guidance_scale=2.0)
+    model.save(tmp_path / "teacher")
+    (tmp_path / "teacher" / "dit_step.json").write_text(json.dumps({"step": 7}) + "\n")
+    return tmp_path / "teacher"
+
+
+def test_distill_command_exports_an_unguided_student(tmp_path):
+    teacher = guided_teacher(tmp_path)
+    main(["--distill-guidance", str(teacher), "--run-dir", str(tmp_path / "run"), "--export", str(tmp_path / "out"),
+          "--dit-steps", "2", "--batch", "2", "--threads", "1", "--ckpt-minutes", "0"])
+    student = EmbeddedModel.load(tmp_path / "out")
+    assert student.cfg.guidance_scale == 1.0  # one pass a step
+    assert student.cfg.distilled_guidance_scale == 2.0
+    record = json.loads((tmp_path / "out" / "dit_step.json").read_text())
+    assert record == {"step": 2, "stage": "guidance-distill", "teacher_step": 7, "guidance_scale": 2.0}
+    before = EmbeddedModel.load(teacher).dit.state_dict()
+    after = student.dit.state_dict()
+    assert any(not torch.equal(before[k], after[k]) for k in before)
+
+
+def test_distill_refuses_an_unguided_teacher_and_exporting_over_it(tmp_path):
+    teacher = guided_teacher(tmp_path)
+    common = ["--run-dir", str(tmp_path / "run"), "--dit-steps", "1", "--threads", "1"]
+    with pytest.raises(SystemExit, match="must differ"):
+        main(["--distill-guidance", str(teacher), "--export", str(teacher), *common])
+    unguided = tiny_model()
+    unguided.save(tmp_path / "plain")
+    with pytest.raises(SystemExit, match="guidance_scale 1.0"):
+        main(["--distill-guidance", str(tmp_path / "plain"), "--export", str(tmp_path / "out"), *common])
