@@ -24,9 +24,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.common import QUANT_PSNR, RESULTS, emit_result, psnr  # noqa: E402
 from streamer.models.embedded import evaluate as ev  # noqa: E402
-from streamer.models.embedded.evaluate_cli import story_scripts  # noqa: E402
 from streamer.models.embedded.model import EmbeddedModel  # noqa: E402
 from streamer.models.embedded.rollout import rollout  # noqa: E402
+from streamer.models.embedded.scripts import story_scripts  # noqa: E402
 
 
 def main() -> int:

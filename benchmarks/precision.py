@@ -22,9 +22,9 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.common import QUANT_PSNR, RESULTS, emit_result, psnr  # noqa: E402
-from streamer.models.embedded.evaluate_cli import story_scripts  # noqa: E402
 from streamer.models.embedded.model import EmbeddedModel  # noqa: E402
 from streamer.models.embedded.rollout import Script, rollout  # noqa: E402
+from streamer.models.embedded.scripts import story_scripts  # noqa: E402
 from streamer.models.precision import NATIVE_BF16_CPU_FEATURES, PRECISIONS, PrecisionError  # noqa: E402
 
 

@@ -11,9 +11,9 @@ import torch
 from streamer.engine_factory import tiny_embedded
 from streamer.models.base import Conditioning
 from streamer.models.device import DeviceError, resolve_device
-from streamer.models.embedded.evaluate_cli import story_scripts
 from streamer.models.embedded.model import EmbeddedModel
 from streamer.models.embedded.rollout import rollout
+from streamer.models.embedded.scripts import story_scripts
 
 PROMPTS = ["a red ball moving left on grass", "game: a blue character on sea"]
 

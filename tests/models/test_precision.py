@@ -13,9 +13,9 @@ import torch
 from benchmarks.common import psnr
 from streamer.engine_factory import tiny_embedded
 from streamer.models.base import Conditioning
-from streamer.models.embedded.evaluate_cli import story_scripts
 from streamer.models.embedded.model import EmbeddedModel
 from streamer.models.embedded.rollout import rollout
+from streamer.models.embedded.scripts import story_scripts
 from streamer.models.precision import PrecisionError, check_precision, native_bf16
 
 CPU = torch.device("cpu")

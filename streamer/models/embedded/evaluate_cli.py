@@ -26,22 +26,12 @@ from . import evaluate as ev
 from . import vocab
 from .model import EmbeddedModel
 from .rollout import Script, rollout
+from .scripts import avatar_scripts, game_scripts, story_scripts
 
 
 def _nanmean(values: list[float]) -> float:
     good = [v for v in values if not np.isnan(v)]
     return float(np.mean(good)) if good else float("nan")
-
-
-def _held(values: list, f: int) -> np.ndarray:
-    return np.repeat(np.asarray(values), f, axis=0)
-
-
-def story_scripts(rng: np.random.Generator, n: int, chunks: int, f: int) -> tuple[list[Script], list]:
-    specs = [vocab.random_spec(rng, "story") for _ in range(n)]
-    scripts = [Script([vocab.describe(s)] * chunks, np.zeros(chunks * f, np.int64),
-                      _held([[0.0, 1.0]] * chunks, f).astype(np.float32)) for s in specs]
-    return scripts, specs
 
 
 def eval_story(model: EmbeddedModel, rng: np.random.Generator, n: int, chunks: int, steps: int | None,
@@ -60,21 +50,6 @@ def eval_story(model: EmbeddedModel, rng: np.random.Generator, n: int, chunks: i
     }
 
 
-def game_scripts(rng: np.random.Generator, n: int, chunks: int, f: int) -> tuple[list[Script], list]:
-    scripts, specs = [], []
-    for _ in range(n):
-        spec = vocab.random_spec(rng, "game")
-        # Keys change at chunk boundaries (the engine applies an action from the next chunk):
-        # hold a direction 3 chunks, then release 1 chunk, so every press is a fresh trial.
-        acts: list[int] = []
-        while len(acts) < chunks:
-            acts += [int(rng.integers(1, 5))] * 3 + [0]
-        scripts.append(Script([vocab.describe(spec)] * chunks, _held(acts[:chunks], f).astype(np.int64),
-                              _held([[0.0, 1.0]] * chunks, f).astype(np.float32)))
-        specs.append(spec)
-    return scripts, specs
-
-
 def eval_game(model: EmbeddedModel, rng: np.random.Generator, n: int, chunks: int, steps: int | None,
               sampler: str) -> dict[str, float]:
     f = model.spec.frames_per_chunk
@@ -90,18 +65,6 @@ def eval_game(model: EmbeddedModel, rng: np.random.Generator, n: int, chunks: in
         "action_move_accuracy": _nanmean([s["move"] for s in scores]),
         "character_found": float(np.mean([s["found"] for s in scores])),
     }
-
-
-def avatar_scripts(rng: np.random.Generator, n: int, chunks: int, f: int) -> tuple[list[Script], list]:
-    scripts, specs = [], []
-    for _ in range(n):
-        spec = vocab.random_spec(rng, "avatar")
-        mouth = np.clip(rng.random(chunks) * 1.2 - 0.1, 0, 1)  # a new mouth value every chunk
-        ctrl = np.stack([mouth, np.ones(chunks)], 1)
-        scripts.append(Script([vocab.describe(spec)] * chunks, np.zeros(chunks * f, np.int64),
-                              _held(ctrl.tolist(), f).astype(np.float32)))
-        specs.append(spec)
-    return scripts, specs
 
 
 def eval_avatar(model: EmbeddedModel, rng: np.random.Generator, n: int, chunks: int, steps: int | None,

@@ -16,9 +16,10 @@ import numpy as np
 from PIL import Image, ImageDraw
 
 from ...argtypes import positive_int
-from .evaluate_cli import add_guidance_arguments, avatar_scripts, game_scripts, story_scripts
+from .evaluate_cli import add_guidance_arguments
 from .model import EmbeddedModel
 from .rollout import rollout
+from .scripts import avatar_scripts, game_scripts, story_scripts
 
 LABEL = 12  # pixels of text above each row
 
