@@ -1,0 +1,94 @@
+"""Guidance benchmark: quality and speed of guided, unguided and guidance-distilled weights.
+
+Every variant is a weights folder and a guidance scale. All of them roll out the same clips
+(same seeds) in the same run and are scored from pixels by the evaluator's story, redirect
+and game figures; each also gets the one-stream frame rate end to end (denoise, commit,
+decode). Ratios are against the first variant. Run it on a quiet machine: the frame rates
+share the cores with whatever else runs.
+
+    python benchmarks/guidance.py --variant guided=runs/teacher:2 --variant distilled=shipped:1
+        -> benchmarks/results/guidance.json
+
+A variant is NAME=WEIGHTS[:SCALE]; WEIGHTS "shipped" is the shipped folder, and without SCALE
+the weights' own config decides.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import numpy as np
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks.common import RESULTS, emit_result  # noqa: E402
+from streamer.argtypes import positive_int  # noqa: E402
+from streamer.models.embedded import evaluate_cli as ec  # noqa: E402
+from streamer.models.embedded.model import EmbeddedModel  # noqa: E402
+
+RATIO_KEYS = ("prompt_adherence", "colour", "shape_and_colour", "motion_accuracy", "redirect_within_2",
+              "character_found", "action_move_accuracy", "fps_single")
+
+
+def variant(text: str) -> tuple[str, Path | None, float | None]:
+    name, sep, rest = text.partition("=")
+    if not sep or not name or not rest:
+        raise argparse.ArgumentTypeError(f"expected NAME=WEIGHTS[:SCALE], got {text!r}")
+    weights, _, scale = rest.partition(":")
+    try:
+        return name, None if weights == "shipped" else Path(weights), float(scale) if scale else None
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: the scale must be a number") from None
+
+
+def score(model: EmbeddedModel, seeds: list[int], story: int, game: int) -> dict[str, float]:
+    """Mean figures over `seeds`; each seed draws its own clips, the same for every variant."""
+    figures: dict[str, list[float]] = {}
+    for seed in seeds:
+        rng = np.random.default_rng(seed)
+        res = ec.eval_story(model, rng, story, 8, None, "euler")
+        res.update(ec.eval_redirect(model, rng, story, 8, None, "euler"))
+        res.update(ec.eval_game(model, rng, game, 16, None, "euler"))
+        for key, value in res.items():
+            figures.setdefault(key, []).append(value)
+    return {k: float(np.nanmean(v)) if not np.all(np.isnan(v)) else None for k, v in figures.items()}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--variant", type=variant, action="append", required=True, help="NAME=WEIGHTS[:SCALE]")
+    ap.add_argument("--seeds", type=int, nargs="+", default=[7])
+    ap.add_argument("--story", type=int, default=8, help="story and redirect clips per seed")
+    ap.add_argument("--game", type=int, default=4, help="game clips per seed")
+    ap.add_argument("--threads", type=positive_int, default=2)
+    ap.add_argument("--json", action="store_true", help="print the result object as the last line")
+    ap.add_argument("--out", type=Path, default=RESULTS / "guidance.json")
+    args = ap.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    rows = []
+    for name, weights, scale in args.variant:
+        model = EmbeddedModel.load(weights)
+        model.configure_guidance(scale)
+        row = {"name": name, "weights": str(weights or "shipped"), "guidance_scale": model.cfg.guidance_scale,
+               "distilled_guidance_scale": model.cfg.distilled_guidance_scale,
+               **score(model, args.seeds, args.story, args.game),
+               "fps_single": ec.speed(model, None, "euler", (1,))[1]["frames_per_s"]}
+        rows.append(row)
+        print(f"{name:>12} adherence {row['prompt_adherence']:.3f} colour {row['colour']:.3f} motion "
+              f"{row['motion_accuracy']:.3f} redirect<=2 {row['redirect_within_2']:.2f} character "
+              f"{row['character_found']:.2f} fps {row['fps_single']:.1f}", file=sys.stderr)
+    base = rows[0]
+    for row in rows:
+        row[f"ratios_vs_{base['name']}"] = {
+            k: row[k] / base[k] if row.get(k) is not None and base.get(k) else None for k in RATIO_KEYS}
+    result = {"variants": rows, "seeds": args.seeds, "story_clips_per_seed": args.story,
+              "game_clips_per_seed": args.game, "threads": args.threads}
+    emit_result(result, args.out, args.json)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,33 @@
+"""`benchmarks/guidance.py` on a tiny model: variants parse, every variant is scored on the same
+clips, and ratios are against the first. Its figures on the shipped weights are not tested here."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import pytest
+
+from benchmarks import guidance
+from tests.models.test_causal_equivalence import tiny_model
+
+
+def test_variant_parses_name_weights_and_optional_scale():
+    assert guidance.variant("a=shipped") == ("a", None, None)
+    assert guidance.variant("b=runs/x:2.5") == ("b", Path("runs/x"), 2.5)
+    for bad in ("shipped", "=shipped:2", "a=", "a=shipped:two"):
+        with pytest.raises(argparse.ArgumentTypeError):
+            guidance.variant(bad)
+
+
+def test_scores_each_variant_and_reports_ratios_to_the_first(tmp_path):
+    tiny_model().save(tmp_path / "tiny")
+    out = tmp_path / "guidance.json"
+    guidance.main(["--variant", f"plain={tmp_path / 'tiny'}", "--variant", f"guided={tmp_path / 'tiny'}:3",
+                   "--story", "1", "--game", "1", "--threads", "1", "--out", str(out)])
+    rows = json.loads(out.read_text())["variants"]
+    assert [(r["name"], r["guidance_scale"]) for r in rows] == [("plain", 1.0), ("guided", 3.0)]
+    assert all(r["fps_single"] > 0 for r in rows)
+    assert rows[0]["ratios_vs_plain"]["fps_single"] == 1.0
+    assert rows[1]["ratios_vs_plain"]["fps_single"] == pytest.approx(rows[1]["fps_single"] / rows[0]["fps_single"])
