@@ -115,3 +115,12 @@ def test_distill_refuses_an_unguided_teacher_and_exporting_over_it(tmp_path):
     unguided.save(tmp_path / "plain")
     with pytest.raises(SystemExit, match="guidance_scale 1.0"):
         main(["--distill-guidance", str(tmp_path / "plain"), "--export", str(tmp_path / "out"), *common])
+
+
+def test_flow_matching_training_refuses_to_warm_start_from_a_distilled_student(tmp_path):
+    teacher = guided_teacher(tmp_path)
+    main(["--distill-guidance", str(teacher), "--run-dir", str(tmp_path / "run"), "--export", str(tmp_path / "out"),
+          "--dit-steps", "1", "--batch", "2", "--threads", "1", "--ckpt-minutes", "0"])
+    with pytest.raises(SystemExit, match="stage 'guidance-distill', this run is 'flow-matching'"):
+        main(["--run-dir", str(tmp_path / "run2"), "--export", str(tmp_path / "out"), "--dit-steps", "2",
+              "--batch", "2", "--threads", "1"])
