@@ -53,7 +53,8 @@ def _serve_args(p: argparse.ArgumentParser) -> None:
                         "with native bf16, see docs/model.md)")  # fmt: skip
     p.add_argument("--guidance", type=float, default=None, metavar="SCALE",
                    help="classifier-free guidance scale of the embedded model (default: its weights' "
-                        "config; 1 is off; guided steps cost a second model pass, docs/model.md)")  # fmt: skip
+                        "config; 1 is off; guided steps cost a second model pass; on guidance-distilled weights "
+                        "it multiplies the distilled scale, docs/model.md)")  # fmt: skip
     p.add_argument("--threads", type=positive_int, default=None,
                    help="torch threads for the model (default: torch's choice, one per core)")
 

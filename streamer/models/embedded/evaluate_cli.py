@@ -178,6 +178,7 @@ def main(argv: list[str] | None = None) -> int:
     res["precision"] = args.precision
     res["guidance_scale"] = model.cfg.guidance_scale
     res["guidance_min_t"] = model.cfg.guidance_min_t
+    res["distilled_guidance_scale"] = model.cfg.distilled_guidance_scale  # baked into the weights
     res["device"] = args.device
     res["eval_seconds"] = round(time.perf_counter() - started, 1)
     for key, value in res.items():
