@@ -15,8 +15,7 @@ lint=0
 .venv/bin/python -m mypy scheduler streamer || lint=1
 # Triton fixes interpreter-or-compiled at import; the kernel tests run it on this CPU.
 export TRITON_INTERPRET=1
-# model_quality tests wait on the embedded model's training (issue 2); run them with -m model_quality.
-.venv/bin/python -m pytest -q -m "not model_quality" "$@"
+.venv/bin/python -m pytest -q "$@"
 tests=$?
 [ "$lint" -ne 0 ] && echo "lint failed (ruff or mypy, above)" >&2
 exit $(( tests != 0 || lint != 0 ))

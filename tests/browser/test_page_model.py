@@ -116,7 +116,6 @@ def _hold_until_moved(page, key: str, start: tuple[float, float], sign: int, min
     return centroid(colour_mask(frame, red, CHARACTER_TOL))
 
 
-@pytest.mark.model_quality  # needs a better-trained model than the one shipped now: see issue 2
 def test_holding_an_arrow_key_moves_the_character(model_server, open_page, artifacts):
     page = open_page(model_server)
     session = start_stream(page, "webrtc", scene="game", prompt="game: a red character on sand")
