@@ -10,6 +10,9 @@ Two stages, each resumable from `--run-dir` (checkpoints every few minutes):
    redirects are learned, and a tenth of the chunks are trained under the empty prompt so
    that classifier-free guidance has an unconditional prediction to steer away from.
 
+A third, optional stage, `--distill-guidance TEACHER`, distils a guided model into one that
+needs one pass a step (distill.py); the shipped weights went through it (docs/model.md, Guidance).
+
 The EMA weights are exported to `streamer/models/embedded/weights/` (or `--export`) at every
 checkpoint, so the shipped model is always the latest one, and a sample sheet of them is written
 to `<run-dir>/samples/` (see samples.py).
