@@ -44,19 +44,6 @@ def variant(text: str) -> tuple[str, Path | None, float | None]:
         raise argparse.ArgumentTypeError(f"{text!r}: the scale must be a number") from None
 
 
-def score(model: EmbeddedModel, seeds: list[int], story: int, game: int) -> dict[str, float]:
-    """Mean figures over `seeds`; each seed draws its own clips, the same for every variant."""
-    figures: dict[str, list[float]] = {}
-    for seed in seeds:
-        rng = np.random.default_rng(seed)
-        res = ec.eval_story(model, rng, story, 8, None, "euler")
-        res.update(ec.eval_redirect(model, rng, story, 8, None, "euler"))
-        res.update(ec.eval_game(model, rng, game, 16, None, "euler"))
-        for key, value in res.items():
-            figures.setdefault(key, []).append(value)
-    return {k: float(np.nanmean(v)) if not np.all(np.isnan(v)) else None for k, v in figures.items()}
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--variant", type=variant, action="append", required=True, help="NAME=WEIGHTS[:SCALE]")
@@ -74,7 +61,8 @@ def main(argv: list[str] | None = None) -> int:
         model.configure_guidance(scale)
         row = {"name": name, "weights": str(weights or "shipped"), "guidance_scale": model.cfg.guidance_scale,
                "distilled_guidance_scale": model.cfg.distilled_guidance_scale,
-               **score(model, args.seeds, args.story, args.game),
+               **{k: None if np.isnan(v) else v  # not measurable: null in the JSON
+                  for k, v in ec.score_seeds(model, args.seeds, args.story, args.game, redirect=True).items()},
                "fps_single": ec.speed(model, None, "euler", (1,))[1]["frames_per_s"]}
         rows.append(row)
         print(f"{name:>12} adherence {row['prompt_adherence']:.3f} colour {row['colour']:.3f} motion "

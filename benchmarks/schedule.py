@@ -35,18 +35,6 @@ def shifted(shift: float) -> tuple[float, ...]:
     return tuple(round(shift * t / (1 + (shift - 1) * t), 4) for t in EVEN)
 
 
-def score(model: EmbeddedModel, sampler: str, seeds: list[int], story: int, game: int) -> dict[str, float]:
-    """Mean story and game figures over `seeds` (each seed draws its own clips)."""
-    figures: dict[str, list[float]] = {}
-    for seed in seeds:
-        rng = np.random.default_rng(seed)
-        res = ec.eval_story(model, rng, story, 8, None, sampler)
-        res.update(ec.eval_game(model, rng, game, 16, None, sampler))
-        for key, value in res.items():
-            figures.setdefault(key, []).append(value)
-    return {k: float(np.nanmean(v)) if not np.all(np.isnan(v)) else float("nan") for k, v in figures.items()}
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--weights", type=Path, default=None, help="weights dir (default: the shipped ones)")
@@ -68,7 +56,7 @@ def main() -> int:
     for name, timesteps, sampler in variants:
         model.spec = dataclasses.replace(model.spec, timesteps=timesteps)
         row = {"name": name, "timesteps": list(timesteps), "sampler": sampler, "shipped": timesteps == shipped and sampler == "euler",
-               **score(model, sampler, args.seeds, args.story, args.game)}
+               **ec.score_seeds(model, args.seeds, args.story, args.game, sampler)}
         rows.append(row)
         print(f"{name:>18} {timesteps} adherence {row['prompt_adherence']:.3f} colour+shape "
               f"{row['shape_and_colour']:.3f} motion {row['motion_accuracy']:.3f} character "

@@ -19,28 +19,9 @@ import torch
 
 from .config import EmbeddedConfig
 from .dit import CausalDiT
+from .flow import clip_text, noised, sample_times
 from .masks import block_causal_context
 from .model import prompt_tokens
-
-
-def clip_text(dit: CausalDiT, tokens: torch.Tensor) -> dict[str, torch.Tensor]:
-    """tokens (B, T, L), each frame's prompt -> per-frame text conditioning, each prompt encoded once."""
-    b, t = tokens.shape[:2]
-    uniq, inverse = torch.unique(tokens.reshape(b * t, -1), dim=0, return_inverse=True)
-    enc = dit.encode_text(uniq)
-    return {k: v[inverse].reshape(b, t, *v.shape[1:]) for k, v in enc.items()}
-
-
-def sample_times(cfg: EmbeddedConfig, shape: tuple[int, ...]) -> torch.Tensor:
-    """Flow times for chunks being denoised: half on the sampling schedule, half logit-normal.
-
-    Logit-normal leans to mid times and almost never draws t near 1, yet inference starts every
-    chunk at t = 1 and visits only the schedule's few times; the layout (where objects are, which
-    face) is decided at that first step.
-    """
-    grid = torch.tensor(cfg.timesteps)
-    on_grid = grid[torch.randint(len(grid), shape)]
-    return torch.where(torch.rand(shape) < 0.5, on_grid, torch.sigmoid(torch.randn(shape) * 1.2))
 
 
 def guided_velocity(teacher: CausalDiT, x_t: torch.Tensor, t_frame: torch.Tensor, data: dict[str, torch.Tensor],
@@ -71,8 +52,7 @@ def guidance_distill_loss(student: CausalDiT, teacher: CausalDiT, data: dict[str
     f = cfg.frames_per_chunk
     t_frame = torch.rand(b, t) * 0.05  # the clean past, with the training's small-noise augmentation
     t_frame[:, -f:] = sample_times(cfg, (b, 1))
-    bc = (..., None, None, None)
-    x_t = (1 - t_frame[bc]) * x0 + t_frame[bc] * torch.randn_like(x0)
+    x_t, _ = noised(x0, t_frame)
     target = guided_velocity(teacher, x_t, t_frame, data, cfg, scale)
     ctx = block_causal_context(b, t, f, cfg.dit.tokens_per_frame)
     pred = student(x_t, t_frame, clip_text(student, data["tokens"]), data["actions"], data["controls"], ctx)

@@ -126,6 +126,25 @@ def speed(model: EmbeddedModel, steps: int | None, sampler: str, batches: tuple[
     return out
 
 
+def score_seeds(model: EmbeddedModel, seeds: list[int], story: int, game: int, sampler: str = "euler",
+                redirect: bool = False) -> dict[str, float]:
+    """Mean story (and redirect) and game figures over `seeds`, for A/B benchmarks.
+
+    Each seed draws its own clips, the same ones for every model or setting scored with it.
+    A figure nothing measured in any seed is NaN.
+    """
+    figures: dict[str, list[float]] = {}
+    for seed in seeds:
+        rng = np.random.default_rng(seed)
+        res = eval_story(model, rng, story, 8, None, sampler)
+        if redirect:
+            res.update(eval_redirect(model, rng, story, 8, None, sampler))
+        res.update(eval_game(model, rng, game, 16, None, sampler))
+        for key, value in res.items():
+            figures.setdefault(key, []).append(value)
+    return {k: _nanmean(v) for k, v in figures.items()}
+
+
 def add_guidance_arguments(ap: argparse.ArgumentParser) -> None:
     """--guidance and --guidance-min-t, for EmbeddedModel.configure_guidance (None keeps the config's)."""
     ap.add_argument("--guidance", type=float, default=None,

@@ -36,8 +36,9 @@ from tqdm import tqdm
 from ...argtypes import positive_int
 from .autoencoder import Autoencoder, to_unit
 from .config import EmbeddedConfig
-from .distill import clip_text, guidance_distill_loss, sample_times
+from .distill import guidance_distill_loss
 from .dit import CausalDiT
+from .flow import clip_text, noised, sample_times
 from .masks import block_causal_context
 from .model import WEIGHTS_DIR, EmbeddedModel, prompt_tokens
 from .samples import sample_sheet
@@ -183,15 +184,13 @@ def dit_loss(dit: CausalDiT, data: dict[str, torch.Tensor], cfg: EmbeddedConfig)
     clean_prefix = (torch.arange(chunks)[None] < first) & (torch.rand(b, 1) < 0.5)
     t_chunk = torch.where(clean_prefix, torch.rand(b, chunks) * 0.05, t_chunk)
     t_frame = t_chunk.repeat_interleave(f, 1)  # (B, T)
-    noise = torch.randn_like(x0)
-    bc = (..., None, None, None)
-    x_t = (1 - t_frame[bc]) * x0 + t_frame[bc] * noise
+    x_t, noise = noised(x0, t_frame)
 
     text = clip_text(dit, data["tokens"])
     ctx = block_causal_context(b, t, f, cfg.dit.tokens_per_frame)
     v = dit(x_t, t_frame, text, data["actions"], data["controls"], ctx)
     # Nearly clean chunks are context only: their velocity target is unpredictable noise.
-    weight = (t_frame > 0.05).float()[bc]
+    weight = (t_frame > 0.05).float()[..., None, None, None]
     return ((v - (noise - x0)) ** 2 * weight).sum() / (weight.sum() * v[0, 0].numel()).clamp(min=1)
 
 
