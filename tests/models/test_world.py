@@ -170,3 +170,11 @@ def test_avatar_mouth_follows_control() -> None:
     white = np.array((250, 250, 250), np.uint8)
     assert np.all(open_eyes == white, axis=-1).sum() > 20
     assert np.all(closed_eyes == white, axis=-1).sum() == 0
+
+
+def test_game_character_starts_near_the_centre() -> None:
+    rng = np.random.default_rng(3)
+    starts = np.array([World(SceneSpec("game", "sand", character_color="red"), rng).state.character
+                       for _ in range(50)])
+    assert np.all(np.abs(starts - 64) <= 8)
+    assert starts.std(axis=0).min() > 2  # a per-stream offset, not one memorisable picture

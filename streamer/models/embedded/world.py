@@ -66,7 +66,9 @@ class World:
         self._char_half = 10 * s
         lo, hi = wall + self._char_half, size - wall - self._char_half
         self._char_bounds = (lo, hi)
-        self._char = rng.uniform(lo, hi, size=2)
+        # The character spawns near the centre, as the head does: with a spawn anywhere in the arena
+        # the first chunk, denoised from pure noise towards the mean image, showed no character.
+        self._char = np.clip(size / 2 + rng.uniform(-8, 8, size=2) * s, lo, hi)
         self._facing = (1.0, 0.0)
         # The head sits at a small per-stream offset so the model cannot memorise one picture.
         self._head = (size / 2 + rng.uniform(-3, 3) * s, size * 0.54 + rng.uniform(-3, 3) * s)
