@@ -1,4 +1,4 @@
-"""argparse value types shared by the command lines (serve, eval, train, benchmarks)."""
+"""argparse value types and option groups shared by the command lines (serve, eval, train, benchmarks)."""
 
 from __future__ import annotations
 
@@ -14,3 +14,11 @@ def positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
     return value
+
+
+def add_guidance_arguments(ap: argparse.ArgumentParser) -> None:
+    """--guidance and --guidance-min-t, for EmbeddedModel.configure_guidance (None keeps the config's)."""
+    ap.add_argument("--guidance", type=float, default=None,
+                    help="classifier-free guidance scale (default: the weights' config; 1 is off)")
+    ap.add_argument("--guidance-min-t", type=float, default=None,
+                    help="guide only the steps at t >= this (default: the weights' config)")

@@ -63,7 +63,10 @@ def calibrate(
         calls: dict[tuple[str, int], Callable[[], None]] = {}
         for b in _sizes(limit):
             x = torch.randn(b, *spec.latent_shape)  # (B, F, C, h, w)
-            t = torch.full((b,), 0.5)
+            # The schedule's first time: a model that guides only its high-noise steps guides that
+            # one, so a partly guided schedule is over- rather than under-estimated (admission errs
+            # safe) and the cost model learns the real mix of steps online.
+            t = torch.full((b,), spec.schedule(steps)[0])
             c, batch = cond(b), slots[:b]
             # A new input for every call: a step cache (streamer/cache/step_cache.py) would serve
             # a repeat from its cache, and the calibration would time the cheap path.

@@ -16,12 +16,14 @@ class CountingModel:
         self.inner = tiny_embedded()
         self.spec = self.inner.spec
         self.denoised: list[int] = []
+        self.times: set[float] = set()
 
     def __getattr__(self, name: str):
         return getattr(self.inner, name)
 
     def denoise(self, x, t, cond, cache):
         self.denoised.append(x.shape[0])
+        self.times.update(t.tolist())
         return self.inner.denoise(x, t, cond, cache)
 
 
@@ -35,6 +37,14 @@ def test_every_size_warms_up_then_is_timed_in_interleaved_rounds() -> None:
     # 2 warm-up rounds and 3 timed rounds, each over every size: a slow spell hits all sizes.
     assert model.denoised == sizes * 5
     assert pool.free_slots == 8
+
+
+def test_steps_are_timed_at_the_schedules_first_time() -> None:
+    # t = 1 is guided whenever any step is (guidance_min_t guides the high-noise steps), so a
+    # partly guided schedule is timed at its dearer step, never at a cheap unguided one.
+    model = CountingModel()
+    calibrate(model, model.new_pool(2), steps=3, repeats=1, warmup=1)  # type: ignore[arg-type]
+    assert model.times == {model.spec.schedule(3)[0]} == {1.0}
 
 
 @pytest.mark.parametrize(

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ...argtypes import positive_int
+from ...argtypes import add_guidance_arguments, positive_int
 from ...sampling import SAMPLERS
 from ..device import DEVICE_CHOICES
 from ..precision import PRECISIONS
@@ -143,14 +143,6 @@ def score_seeds(model: EmbeddedModel, seeds: list[int], story: int, game: int, s
         for key, value in res.items():
             figures.setdefault(key, []).append(value)
     return {k: _nanmean(v) for k, v in figures.items()}
-
-
-def add_guidance_arguments(ap: argparse.ArgumentParser) -> None:
-    """--guidance and --guidance-min-t, for EmbeddedModel.configure_guidance (None keeps the config's)."""
-    ap.add_argument("--guidance", type=float, default=None,
-                    help="classifier-free guidance scale (default: the weights' config; 1 is off)")
-    ap.add_argument("--guidance-min-t", type=float, default=None,
-                    help="guide only the steps at t >= this (default: the weights' config)")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -15,8 +15,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image, ImageDraw
 
-from ...argtypes import positive_int
-from .evaluate_cli import add_guidance_arguments
+from ...argtypes import add_guidance_arguments, positive_int
 from .model import EmbeddedModel
 from .rollout import rollout
 from .scripts import avatar_scripts, game_scripts, story_scripts
