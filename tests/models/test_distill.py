@@ -3,6 +3,7 @@
 import copy
 import dataclasses
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -124,3 +125,12 @@ def test_flow_matching_training_refuses_to_warm_start_from_a_distilled_student(t
     with pytest.raises(SystemExit, match="stage 'guidance-distill', this run is 'flow-matching'"):
         main(["--run-dir", str(tmp_path / "run2"), "--export", str(tmp_path / "out"), "--dit-steps", "2",
               "--batch", "2", "--threads", "1"])
+
+
+def test_the_committed_teacher_is_a_guided_flow_matching_model() -> None:
+    # Base training warm-starts from it and distillation needs it guided on every step.
+    folder = Path(__file__).resolve().parents[2] / "checkpoints" / "teacher"
+    teacher = EmbeddedModel.load(folder)
+    assert teacher.cfg.guidance_scale > 1 and teacher.cfg.guidance_min_t == 0
+    record = json.loads((folder / "dit_step.json").read_text())
+    assert record.get("stage", "flow-matching") == "flow-matching"
