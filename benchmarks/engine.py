@@ -1,8 +1,10 @@
 """Engine benchmark: the batched deadline scheduler against the peers' one-stream-at-a-time pattern.
 
 Both modes run in the same process, on the same model, in the same run, at the same pinned
-session fps: `--fps`, or the rate one calibration at the start picks (as `streamer serve` would),
-shared by every run so that admission and fps never differ by calibration noise. For each session
+session fps: `--fps`, or the rate one calibration at the start picks (as `streamer serve` would:
+the best rate for one session, or with `--fps-for-sessions N` the highest rate at which N
+sessions fit the batched scheduler at once), shared by every run so that admission and fps never
+differ by calibration noise. For each session
 count: aggregate frames/s, per-session fps, chunk deadline-miss rate (over admitted sessions),
 time to first chunk p50/p99, and model FLOPs utilisation (model FLOPs per frame x frames/s,
 against a matmul peak measured on the same device in the same run, in the dtype the model's
@@ -16,6 +18,7 @@ admission let in.
     python benchmarks/engine.py --quick --json      # 8 sessions, ~20 s per mode
     python benchmarks/engine.py                     # 1, 2, 4, 8, 16 sessions x 30 s -> results/engine.json
     python benchmarks/engine.py --device cuda       # the same on a GPU -> results/engine_gpu.json
+    python benchmarks/engine.py --fps-for-sessions 8 --out benchmarks/results/engine_8sessions.json
     python benchmarks/engine.py --quick --precision bf16   # the embedded model in bf16 (docs/model.md)
     python benchmarks/engine.py --quick --step-reuse 0.4   # with a caching technique on (docs/caching.md)
 
@@ -45,8 +48,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import kernels  # noqa: E402
 from benchmarks.common import RESULTS, emit_result  # noqa: E402
-from streamer.calibration import calibrate, sustainable_fps  # noqa: E402
-from streamer.engine import Engine, EngineConfig  # noqa: E402
+from streamer.argtypes import positive_int  # noqa: E402
+from streamer.calibration import calibrate  # noqa: E402
+from streamer.engine import Engine, EngineConfig, make_scheduler  # noqa: E402
 from streamer.engine_factory import build_model  # noqa: E402
 from streamer.events import Chunk, Refused  # noqa: E402
 from streamer.models.base import Conditioning  # noqa: E402
@@ -192,6 +196,13 @@ async def saturated_fps(model, mode: str, sessions: int, seconds: float, calibra
     return float(d["fps"]), engine.info()["caching"]
 
 
+def shared_fps(model, calibration: Calibration, steps: int, sessions: int, max_sessions: int) -> float:
+    """The rate `streamer serve --fps-for-sessions N` picks from this calibration (batched scheduler)."""
+    sched = make_scheduler(EngineConfig(max_sessions=max_sessions), min(model.spec.max_batch, max_sessions))
+    sched.cost.calibrate(calibration)
+    return sched.sustainable_fps(sessions, steps, model.spec.frames_per_chunk, model.spec.fps)
+
+
 def calibrate_once(model, steps: int, max_sessions: int) -> Calibration:
     """One calibration for the whole run, up to the largest batch any of its engines forms."""
     return calibrate(model, model.new_pool(min(model.spec.max_batch, max_sessions)), steps)
@@ -205,6 +216,8 @@ def main() -> int:
     ap.add_argument("--seconds", type=float, default=None)
     ap.add_argument("--fps", type=float, default=None,
                     help="session fps for every run (default: picked once from one calibration, as serve does)")
+    ap.add_argument("--fps-for-sessions", type=positive_int, default=1, metavar="N",
+                    help="without --fps, pick the rate at which N sessions fit at once (as serve's flag)")
     ap.add_argument("--saturated-seconds", type=float, default=None,
                     help="flat-out throughput window per mode and session count (default 5 s quick, 10 s full)")
     ap.add_argument("--stagger", type=float, default=0.25, help="seconds between session arrivals")
@@ -230,19 +243,20 @@ def main() -> int:
     sessions = args.sessions or ([8] if args.quick else [1, 2, 4, 8, 16])
     seconds = args.seconds or (20.0 if args.quick else 30.0)
     saturated_s = args.saturated_seconds or (5.0 if args.quick else 10.0)
-    spec, steps = model.spec, model.spec.default_steps
+    steps = model.spec.default_steps
     dtype = model.compute_dtype
     peak_n = 8192 if device.type == "cuda" else 1024
     peak = matmul_peak_gflops(device, peak_n, dtype)
     fpf = flops_per_frame(model, steps)
-    calibration = calibrate_once(model, steps, max(sessions))
-    fps = args.fps or sustainable_fps(calibration, steps, spec.frames_per_chunk, spec.fps,
-                                      EngineConfig.utilisation_bound)  # fmt: skip
+    largest = max(*sessions, args.fps_for_sessions)
+    calibration = calibrate_once(model, steps, largest)
+    fps = args.fps or shared_fps(model, calibration, steps, args.fps_for_sessions, largest)
     out = args.out or (None if args.quick else RESULTS / ("engine_gpu.json" if device.type == "cuda" else "engine.json"))
     result = {
         "runs": [],
         "fps": fps,
         "fps_source": "--fps" if args.fps else "one calibration, shared by every run",
+        "fps_for_sessions": None if args.fps else args.fps_for_sessions,
         "calibration_ms": {f"{kind}@{b}": round(v * 1e3, 3) for (kind, b), v in sorted(calibration.items())},
         "machine": {"cpu": platform.processor() or platform.machine(), "threads": torch.get_num_threads()},
         "device": device.type,

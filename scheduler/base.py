@@ -181,6 +181,22 @@ class SchedulerBase(ABC):
         ]
         return self._load(active)
 
+    def sustainable_fps(self, sessions: int, steps: int, frames_per_chunk: int, max_fps: float) -> float:
+        """The rate to serve so that `sessions` sessions of `steps` steps are admitted together.
+
+        `max_fps` (the model's rate) when they hold it within the utilisation bound; otherwise the
+        highest even rate they hold, never below 2: a laptop gets a smooth lower rate rather than
+        refusals. Predicted load is proportional to fps (every session's demand scales with it
+        and the expected batch size does not), so the limit is bound / (load at 1 fps).
+        """
+        if sessions < 1:
+            raise ValueError(f"sessions must be >= 1, got {sessions}")
+        at_1fps = SessionSpec("fps-probe", 1.0, frames_per_chunk, steps)
+        limit = self.config.utilisation_bound / self._load([(at_1fps, steps, 1.0)] * sessions)
+        if limit >= max_fps:
+            return max_fps
+        return float(max(2, int(limit) // 2 * 2))
+
     def stats(self) -> dict[str, Any]:
         sessions: dict[str, dict[str, Any]] = {}
         for sid, st in self._streams.items():

@@ -1,4 +1,4 @@
-"""Calibration run: measured seconds per batch for each kind and batch size, and the fps to serve.
+"""Calibration run: measured seconds per batch for each kind and batch size.
 
 The scheduler's cost model starts from these figures and keeps learning online. Slots are
 filled to a full cache window first, because that is the steady state of a stream.
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 
 import torch
 
@@ -90,20 +90,3 @@ def calibrate(
     finally:
         for s in slots:
             pool.release(s)
-
-
-def sustainable_fps(
-    calibration: Mapping[tuple[str, int], float], steps: int, frames_per_chunk: int, model_fps: float,
-    utilisation_bound: float,
-) -> float:
-    """The model's fps, or less if one stream alone cannot hold it within the utilisation bound.
-
-    A served rate the hardware cannot keep would make admission refuse every session; instead
-    the engine serves at the highest even rate one stream can hold (a laptop gets a smooth lower
-    rate, not a refusal). Never below 2 fps.
-    """
-    per_chunk = steps * calibration[("denoise", 1)] + calibration[("commit", 1)]
-    limit = utilisation_bound * frames_per_chunk / per_chunk
-    if limit >= model_fps:
-        return model_fps
-    return float(max(2, int(limit) // 2 * 2))

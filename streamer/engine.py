@@ -30,7 +30,7 @@ from scheduler import Admission, SchedulerConfig, SessionSpec, StepPlan, StepRes
 from scheduler.base import SchedulerBase
 
 from . import metrics
-from .calibration import calibrate, sustainable_fps
+from .calibration import calibrate
 from .engine_api import ChunkSink, SessionHandle
 from .events import Chunk, Refused
 from .models.base import CausalVideoModel, Conditioning, PromptCond
@@ -48,7 +48,8 @@ log = logging.getLogger(__name__)
 class EngineConfig:
     max_sessions: int = 8
     steps: int | None = None  # None: the model's default
-    fps: float | None = None  # None: the model's fps
+    fps: float | None = None  # None: the model's fps, or what `fps_sessions` sessions hold together
+    fps_sessions: int = 1  # without `fps`: serve the highest rate this many sessions hold at once
     scheduler: str = "deadline"  # or "serial": the one-stream-at-a-time baseline
     utilisation_bound: float = 0.85
     sampler: str = "euler"
@@ -60,6 +61,10 @@ class EngineConfig:
     step_reuse: float | None = None  # step-reuse threshold; None: every step runs every block
     commit_reuse: bool = False
     default_prompt: str = "a red ball moving right on grass"
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.fps_sessions <= self.max_sessions:
+            raise ValueError(f"fps_sessions must be in 1..max_sessions ({self.max_sessions}), got {self.fps_sessions}")
 
 
 def make_scheduler(cfg: EngineConfig, max_batch: int) -> SchedulerBase:
@@ -224,8 +229,8 @@ class Engine:
         if self.calibration:
             self.scheduler.cost.calibrate(self.calibration)
             if self.cfg.fps is None:
-                self.fps = sustainable_fps(self.calibration, self.steps, self.spec.frames_per_chunk,
-                                           self.spec.fps, self.cfg.utilisation_bound)
+                self.fps = self.scheduler.sustainable_fps(self.cfg.fps_sessions, self.steps,
+                                                          self.spec.frames_per_chunk, self.spec.fps)
 
     def _drain_commands(self, timeout: float | None) -> None:
         """Run every queued command; wait up to `timeout` for the first (0: do not wait).

@@ -87,10 +87,12 @@ def build_engine(args: argparse.Namespace) -> Engine:
                         getattr(args, "device", None), getattr(args, "precision", None),
                         getattr(args, "guidance", None))
     bound = getattr(args, "utilisation_bound", None)
+    fps_sessions = getattr(args, "fps_for_sessions", 1)
     cfg = EngineConfig(
-        max_sessions=args.max_sessions or 8,
+        max_sessions=args.max_sessions or max(8, fps_sessions),
         steps=args.steps,
         fps=args.fps,
+        fps_sessions=fps_sessions,
         scheduler=getattr(args, "scheduler", None) or "deadline",
         utilisation_bound=EngineConfig.utilisation_bound if bound is None else bound,
         degrade=getattr(args, "degrade", True),

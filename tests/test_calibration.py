@@ -1,10 +1,10 @@
-"""Calibration: warm-up before timing, interleaved rounds, and the fps `serve` picks from it."""
+"""Calibration: warm-up before timing, interleaved rounds, and an engine reusing another's."""
 
 from __future__ import annotations
 
 import pytest
 
-from streamer.calibration import calibrate, sustainable_fps
+from streamer.calibration import calibrate
 from streamer.engine import Engine, EngineConfig
 from streamer.engine_factory import tiny_embedded
 
@@ -47,19 +47,6 @@ def test_steps_are_timed_at_the_schedules_first_time() -> None:
     assert model.times == {model.spec.schedule(3)[0]} == {1.0}
 
 
-@pytest.mark.parametrize(
-    ("denoise_s", "commit_s", "expected"),
-    [
-        (0.010, 0.010, 24.0),  # 50 ms a chunk: one stream holds 34 fps at 0.85, so the model's 24
-        (0.040, 0.040, 8.0),  # 200 ms a chunk: 8.5 fps holdable, served at the even 8
-        (1.0, 1.0, 2.0),  # hopeless hardware still gets 2 fps, not a refusal
-    ],
-)
-def test_sustainable_fps(denoise_s: float, commit_s: float, expected: float) -> None:
-    table = {("denoise", 1): denoise_s, ("commit", 1): commit_s}
-    assert sustainable_fps(table, 4, 2, 24.0, 0.85) == expected
-
-
 async def test_an_engine_can_reuse_another_engines_calibration(monkeypatch) -> None:
     table = {(kind, b): 0.040 for kind in ("denoise", "commit") for b in (1, 2, 4)}
 
@@ -74,3 +61,18 @@ async def test_an_engine_can_reuse_another_engines_calibration(monkeypatch) -> N
         assert engine.scheduler.cost.measurements() == table
     finally:
         await engine.stop()
+
+
+async def test_an_engine_serves_the_rate_its_fps_sessions_hold_together(monkeypatch) -> None:
+    # 40 ms for one sample, 60 ms for two: two sessions need 5 batches of 60 ms per 2-frame chunk,
+    # U = 0.15 fps, so they hold 5.7 fps together (one alone holds 8.5).
+    table = {(kind, b): s for kind in ("denoise", "commit") for b, s in ((1, 0.040), (2, 0.060))}
+    monkeypatch.setattr("streamer.engine.calibrate", lambda *a, **k: table)
+    engine = Engine(tiny_embedded(), EngineConfig(max_sessions=2, fps_sessions=2))
+    await engine.start()
+    try:
+        assert engine.fps == 4.0
+    finally:
+        await engine.stop()
+    with pytest.raises(ValueError, match=r"fps_sessions must be in 1..max_sessions \(2\), got 3"):
+        EngineConfig(max_sessions=2, fps_sessions=3)

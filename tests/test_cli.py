@@ -190,3 +190,13 @@ def test_serve_guidance_flag_reaches_the_model(capsys):
     assert "guidance needs scale > 0" in capsys.readouterr().err
     assert cli.main(["serve", "--model", "wan-causal", "--config", "tiny-random", "--guidance", "2"]) == 2
     assert "--guidance is for the embedded model" in capsys.readouterr().err
+
+
+def test_serve_fps_for_sessions_reaches_the_engine_and_raises_its_session_limit(capsys):
+    from streamer.engine_factory import build_engine
+
+    engine = build_engine(cli.build_parser().parse_args(["serve", "--config", "tiny-random", "--fps-for-sessions", "12"]))
+    assert (engine.cfg.fps_sessions, engine.cfg.max_sessions) == (12, 12)
+    flags = ["--fps-for-sessions", "9", "--max-sessions", "4"]
+    assert cli.main(["serve", "--config", "tiny-random", *flags]) == 2
+    assert "fps_sessions must be in 1..max_sessions (4), got 9" in capsys.readouterr().err

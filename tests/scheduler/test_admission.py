@@ -133,3 +133,34 @@ def test_an_idle_scheduler_always_admits_its_first_session() -> None:
     assert not second.admitted and "> bound" in second.reason
     sched.remove_session("a", 1.0)
     assert sched.add_session(spec("b"), 1.0).admitted  # idle again
+
+
+@pytest.mark.parametrize(
+    ("sessions", "expected"),
+    [
+        (1, 24.0),  # U = 0.035 fps: one stream holds 24.3 fps, so it gets the model's 24
+        (4, 12.0),  # U = 0.065 fps: 13.1 fps holdable, served at the even 12
+        (8, 8.0),  # U = 0.105 fps: 8.1 fps
+    ],
+)
+def test_the_sustainable_rate_admits_exactly_that_many_sessions(sessions: int, expected: float) -> None:
+    sched = StepScheduler(SchedulerConfig(max_sessions=16), calibrated())
+    fps = sched.sustainable_fps(sessions, 4, 2, 24.0)
+    assert fps == expected
+    answers = [sched.add_session(spec(f"s{i}", fps=fps), 0.0) for i in range(sessions + 1)]
+    assert [a.admitted for a in answers[:sessions]] == [True] * sessions
+    if fps < 24.0:  # below the model's rate the next session no longer fits
+        assert not answers[sessions].admitted
+
+
+def test_the_serial_baseline_holds_a_lower_rate_for_the_same_sessions() -> None:
+    # One sample per batch: 4 sessions x fps/2 chunks/s x 5 batches of 14 ms, U = 0.14 fps: 6.07 fps
+    sched = SerialScheduler(SchedulerConfig(), calibrated())
+    assert sched.sustainable_fps(4, 4, 2, 24.0) == 6.0
+
+
+def test_hopeless_hardware_still_gets_two_fps_not_a_refusal() -> None:
+    sched = StepScheduler(SchedulerConfig(), calibrated(1.0, 0.0))
+    assert sched.sustainable_fps(1, 4, 2, 24.0) == 2.0
+    with pytest.raises(ValueError, match="sessions must be >= 1"):
+        sched.sustainable_fps(0, 4, 2, 24.0)
