@@ -24,6 +24,18 @@ from .masks import block_causal_context
 from .model import prompt_tokens
 
 
+def teacher_problem(cfg: EmbeddedConfig) -> str | None:
+    """Why weights with this config cannot teach guidance distillation (None: they can).
+
+    The student learns one guided velocity for every time, so the teacher must be guided on
+    every step: a scale other than 1 and no unguided low-noise steps (guidance_min_t 0).
+    """
+    if cfg.guidance_scale == 1.0 or cfg.guidance_min_t > 0:
+        return (f"guidance_scale {cfg.guidance_scale}, guidance_min_t {cfg.guidance_min_t}: "
+                "distillation needs a teacher guided on every step")  # fmt: skip
+    return None
+
+
 def guided_velocity(teacher: CausalDiT, x_t: torch.Tensor, t_frame: torch.Tensor, data: dict[str, torch.Tensor],
                     cfg: EmbeddedConfig, scale: float) -> torch.Tensor:
     """The teacher's guided velocity vu + s (vc - vu) on the last chunk of a clip -> (B, F, C, h, w).

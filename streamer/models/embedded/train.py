@@ -36,7 +36,7 @@ from tqdm import tqdm
 from ...argtypes import positive_int
 from .autoencoder import Autoencoder, to_unit
 from .config import EmbeddedConfig
-from .distill import guidance_distill_loss
+from .distill import guidance_distill_loss, teacher_problem
 from .dit import CausalDiT
 from .flow import clip_text, noised, sample_times
 from .masks import block_causal_context
@@ -283,10 +283,10 @@ def distill_guidance(args: argparse.Namespace) -> None:
     if args.export.resolve() == args.distill_guidance.resolve():
         raise SystemExit("--export must differ from the teacher's folder: the teacher is reloaded on resume")
     teacher = EmbeddedModel.load(args.distill_guidance)
+    problem = teacher_problem(teacher.cfg)
+    if problem is not None:
+        raise SystemExit(f"{args.distill_guidance}: {problem}")
     scale = teacher.cfg.guidance_scale
-    if scale == 1.0 or teacher.cfg.guidance_min_t > 0:
-        raise SystemExit(f"{args.distill_guidance}: guidance_scale {scale}, guidance_min_t "
-                         f"{teacher.cfg.guidance_min_t}: distillation needs a teacher guided on every step")
     teacher.dit.eval().requires_grad_(False)
     cfg = dataclasses.replace(teacher.cfg, guidance_scale=1.0, distilled_guidance_scale=scale)
     model = EmbeddedModel(cfg, ae=teacher.ae, dit=copy.deepcopy(teacher.dit).requires_grad_(True))
