@@ -21,14 +21,18 @@ LIVE = ("connecting", "admitted")
 
 
 def start_stream(
-    page: Page, transport: str = "webrtc", scene: str | None = None, prompt: str | None = None
+    page: Page, transport: str = "webrtc", scene: str | None = None, prompt: str | None = None,
+    seed: int | None = None,
 ) -> dict:
-    """Pick the transport (and a preset and/or prompt), click Start, wait for `admitted`."""
+    """Pick the transport (and a preset, prompt and/or seed), click Start, wait for `admitted`."""
     page.check(f'input[name="transport"][value="{transport}"]')
     if scene is not None:
         page.click(f'[data-scene="{scene}"]')
     if prompt is not None:
         page.fill("#prompt", prompt)
+    if seed is not None:  # in the "Advanced" box, opened first as a user would
+        page.click("details:has(#seed) > summary")
+        page.fill("#seed", str(seed))
     page.click("#start")
     page.wait_for_function("streamerDemo.state !== 'connecting' && streamerDemo.state !== 'idle'")
     state = page.evaluate("[streamerDemo.state, streamerDemo.reason]")

@@ -116,9 +116,16 @@ def _hold_until_moved(page, key: str, start: tuple[float, float], sign: int, min
     return centroid(colour_mask(frame, red, CHARACTER_TOL))
 
 
+# Not every session of the shipped model draws its game character: with this prompt 4 of 24 seeds
+# drew none in their first 12 frames (1 of 24 with the previous weights; docs/model.md). The
+# model's rate of that is measured by `streamer eval` and benchmarks/guidance.py ("character
+# found"); this test is about the key's path, so it opens a seed whose character shows.
+ARROW_TEST_SEED = 0
+
+
 def test_holding_an_arrow_key_moves_the_character(model_server, open_page, artifacts):
     page = open_page(model_server)
-    session = start_stream(page, "webrtc", scene="game", prompt="game: a red character on sand")
+    session = start_stream(page, "webrtc", scene="game", prompt="game: a red character on sand", seed=ARROW_TEST_SEED)
     page.focus("#viewport")
     width = session["width"]
     min_move = 0.08 * width
