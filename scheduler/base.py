@@ -185,7 +185,7 @@ class SchedulerBase(ABC):
         """The rate to serve so that `sessions` sessions of `steps` steps are admitted together.
 
         `max_fps` (the model's rate) when they hold it within the utilisation bound; otherwise the
-        highest even rate they hold, never below 2: a laptop gets a smooth lower rate rather than
+        highest whole rate they hold, never below 2: a laptop gets a smooth lower rate rather than
         refusals. Predicted load is proportional to fps (every session's demand scales with it
         and the expected batch size does not), so the limit is bound / (load at 1 fps).
         """
@@ -195,7 +195,7 @@ class SchedulerBase(ABC):
         limit = self.config.utilisation_bound / self._load([(at_1fps, steps, 1.0)] * sessions)
         if limit >= max_fps:
             return max_fps
-        return float(max(2, int(limit) // 2 * 2))
+        return float(max(2, int(limit)))
 
     def stats(self) -> dict[str, Any]:
         sessions: dict[str, dict[str, Any]] = {}

@@ -71,7 +71,7 @@ async def test_an_engine_serves_the_rate_its_fps_sessions_hold_together(monkeypa
     engine = Engine(tiny_embedded(), EngineConfig(max_sessions=2, fps_sessions=2))
     await engine.start()
     try:
-        assert engine.fps == 4.0
+        assert engine.fps == 5.0
     finally:
         await engine.stop()
     with pytest.raises(ValueError, match=r"fps_sessions must be in 1..max_sessions \(2\), got 3"):

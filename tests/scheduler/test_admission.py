@@ -139,7 +139,7 @@ def test_an_idle_scheduler_always_admits_its_first_session() -> None:
     ("sessions", "expected"),
     [
         (1, 24.0),  # U = 0.035 fps: one stream holds 24.3 fps, so it gets the model's 24
-        (4, 12.0),  # U = 0.065 fps: 13.1 fps holdable, served at the even 12
+        (4, 13.0),  # U = 0.065 fps: 13.1 fps holdable, served at a whole 13
         (8, 8.0),  # U = 0.105 fps: 8.1 fps
     ],
 )
