@@ -4,9 +4,11 @@ The scheduler's cost model starts from these figures and keeps learning online. 
 filled to a full cache window first, because that is the steady state of a stream.
 
 The figures must describe the steady state, not the first seconds of a process. So every
-(kind, size) call runs `warmup` times untimed first (the first calls of a new shape pay for
-allocation and kernel selection), and the timed repeats are interleaved across sizes, round by
-round, so that a slow spell of a shared machine lands on every size alike instead of making one
+(kind, size) call runs `warmup` times untimed first: the first calls of a new shape pay for
+allocation and kernel selection, and on the 2-core CPU they kept getting faster for several
+rounds (with 2 warm-up rounds the embedded model's first calibration in a process read 25-30 %
+slower than the next ones, with 10 at most 8 %; 10 cost about 3 s more at start-up). The timed
+repeats are interleaved across sizes, round by round, so that a slow spell of a shared machine lands on every size alike instead of making one
 size look dear. Each figure is the median of its rounds: unlike a minimum, it does not promise
 the best moment of a busy machine; unlike a mean, one spike does not move it.
 """
@@ -45,7 +47,7 @@ def _timed(fn: Callable[[], None], device: torch.device) -> float:
 
 @torch.no_grad()
 def calibrate(
-    model: CausalVideoModel, pool: KVCachePool, steps: int, repeats: int = 5, warmup: int = 2
+    model: CausalVideoModel, pool: KVCachePool, steps: int, repeats: int = 5, warmup: int = 10
 ) -> dict[tuple[str, int], float]:
     spec = model.spec
     limit = min(spec.max_batch, pool.free_slots)
