@@ -15,6 +15,11 @@ import torch
 from ..cache.kv_pool import CacheBatch, KVCachePool
 
 
+def warp(s: float, shift: float) -> float:
+    """Flow-matching time shift (Wan, Self-Forcing): sigma = shift * s / (1 + (shift - 1) * s)."""
+    return shift * s / (1.0 + (shift - 1.0) * s)
+
+
 @dataclass(frozen=True)
 class ModelSpec:
     name: str
@@ -37,17 +42,21 @@ class ModelSpec:
     # The fewest denoising steps the overload policy may cut a session to; None: never cut, shed
     # load by frame rate only. A few-step model that was not distilled for fewer steps loses its
     # picture when cut (the embedded model at 3 of 4 steps finds its game character in 26 % of
-    # frames instead of 58 %, at 2 steps in none), so no model here sets it yet.
+    # frames instead of 58 %, at 2 steps in none; measured before fewer steps kept the shift), so no
+    # model here sets it yet.
     degrade_min_steps: int | None = None
+    # The flow shift of the model's schedules (1: evenly spaced): another step count than the
+    # default keeps it, so 8 steps spend their extra passes where the default 4 spend theirs.
+    shift: float = 1.0
 
     def schedule(self, steps: int) -> tuple[float, ...]:
-        """The timestep schedule for `steps` steps (the default one, or an evenly thinned one)."""
+        """The timestep schedule for `steps` steps: the default one, or evenly spaced steps in
+        (0, 1] (the first at pure noise) warped by the model's `shift`."""
         if steps == self.default_steps:
             return self.timesteps
         if steps < 1:
             raise ValueError(f"steps must be >= 1, got {steps}")
-        # Evenly spaced in (0, 1], keeping the first step at pure noise.
-        return tuple(1.0 - i / steps for i in range(steps))
+        return tuple(warp(1.0 - i / steps, self.shift) for i in range(steps))
 
     def step_floor(self, steps: int) -> int:
         """The `min_steps` of a session that runs `steps` steps (see `degrade_min_steps`)."""

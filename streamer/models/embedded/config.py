@@ -62,6 +62,7 @@ class EmbeddedConfig:
     fps: float = 24.0
     # Evenly spaced steps warped by shift 3 (t' = 3t / (1 + 2t)): see docs/model.md, "Sampling schedule".
     timesteps: tuple[float, ...] = (1.0, 0.9, 0.75, 0.5)
+    timestep_shift: float = 3.0  # the same warp for any other step count (ModelSpec.schedule)
     latent_scale: float = 1.0  # multiplies encoder output so latents have unit variance
     # Classifier-free guidance (see docs/model.md, "Guidance"): 1.0 is off. Only samples at
     # t >= guidance_min_t are guided, i.e. the first steps of a chunk, where its layout is made.

@@ -90,6 +90,7 @@ class EmbeddedModel:
             num_actions=d.num_actions,
             control_dim=d.control_dim,
             max_batch=max_batch,
+            shift=cfg.timestep_shift,
         )
         self.layout = PoolLayout(
             layers=d.depth, heads=d.heads, head_dim=d.head_dim, tokens_per_frame=d.tokens_per_frame,

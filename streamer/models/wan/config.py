@@ -13,18 +13,13 @@ import json
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
-from ..base import ModelSpec
+from ..base import ModelSpec, warp
 
 NUM_TRAIN_TIMESTEPS = 1000  # Wan's timestep scale: t in [0, 1] is fed as t * 1000
 
 
 class WanLoadError(ValueError):
     """A checkpoint folder is missing a file, or a file does not match its config (names both)."""
-
-
-def warp(s: float, shift: float) -> float:
-    """Flow-matching time shift (Wan, Self-Forcing): sigma = shift * s / (1 + (shift - 1) * s)."""
-    return shift * s / (1.0 + (shift - 1.0) * s)
 
 
 def shifted_schedule(steps: tuple[int, ...], shift: float) -> tuple[float, ...]:
@@ -94,13 +89,6 @@ class CausalConfig:
 
 @dataclass(frozen=True)
 class WanModelSpec(ModelSpec):
-    """ModelSpec whose thinned schedules keep the checkpoint's flow shift."""
+    """ModelSpec with Wan's flow shift (5) as the default for its thinned schedules."""
 
     shift: float = 5.0
-
-    def schedule(self, steps: int) -> tuple[float, ...]:
-        if steps == self.default_steps:
-            return self.timesteps
-        if steps < 1:
-            raise ValueError(f"steps must be >= 1, got {steps}")
-        return tuple(warp(1.0 - i / steps, self.shift) for i in range(steps))
