@@ -9,8 +9,9 @@ allocation and kernel selection, and on the 2-core CPU they kept getting faster 
 rounds (with 2 warm-up rounds the embedded model's first calibration in a process read 25-30 %
 slower than the next ones, with 10 at most 8 %; 10 cost about 3 s more at start-up). The timed
 repeats are interleaved across sizes, round by round, so that a slow spell of a shared machine
-lands on every size alike instead of making one size look dear. Each figure is the median of its rounds: unlike a minimum, it does not promise
-the best moment of a busy machine; unlike a mean, one spike does not move it.
+lands on every size alike instead of making one size look dear. Each figure is the median of
+its rounds: unlike a minimum, it does not promise the best moment of a busy machine; unlike a
+mean, one spike does not move it.
 """
 
 from __future__ import annotations

@@ -14,8 +14,8 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
         "the wan-causal model needs diffusers and transformers: pip install 'streamer[wan]'"
     ) from exc
 
-from .config import CausalConfig, WanLoadError, WanModelSpec
+from .config import CausalConfig, WanLoadError
 from .model import WanCausalModel
 from .tiny import tiny_random
 
-__all__ = ["CausalConfig", "WanCausalModel", "WanLoadError", "WanModelSpec", "tiny_random"]
+__all__ = ["CausalConfig", "WanCausalModel", "WanLoadError", "tiny_random"]

@@ -4,7 +4,7 @@ A diffusers folder describes the networks (transformer/, vae/, text_encoder/ con
 the causal family runs them: latent frames per chunk, the KV window and sink, the few-step
 timestep list and its flow shift, the output size and rate. `CausalConfig` holds those, with the
 defaults of Self-Forcing's released 1.3B checkpoint; a folder may override them in
-`streamer.json`. `WanModelSpec` is the engine-facing spec with the shifted schedule.
+`streamer.json`. The model hands `shift` to its `ModelSpec`, so thinned schedules keep it.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import json
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
-from ..base import ModelSpec, warp
+from ..base import warp
 
 NUM_TRAIN_TIMESTEPS = 1000  # Wan's timestep scale: t in [0, 1] is fed as t * 1000
 
@@ -85,10 +85,3 @@ class CausalConfig:
         out = asdict(self)
         out["denoising_steps"] = list(self.denoising_steps)
         return out
-
-
-@dataclass(frozen=True)
-class WanModelSpec(ModelSpec):
-    """ModelSpec with Wan's flow shift (5) as the default for its thinned schedules."""
-
-    shift: float = 5.0

@@ -25,8 +25,8 @@ import torch
 from diffusers import AutoencoderKLWan, WanTransformer3DModel
 
 from ...cache.kv_pool import CacheBatch, KVCachePool, PoolLayout
-from ..base import Conditioning, PromptCond
-from .config import CausalConfig, WanLoadError, WanModelSpec
+from ..base import Conditioning, ModelSpec, PromptCond
+from .config import CausalConfig, WanLoadError
 from .text import PromptEncoder
 from .transformer import CausalWanTransformer
 from .vae_stream import StreamingDecoder
@@ -76,7 +76,7 @@ class WanCausalModel:
         h, w = cfg.height // spatial, cfg.width // spatial
         f = cfg.frames_per_chunk
         self.temporal = temporal
-        self.spec = WanModelSpec(
+        self.spec = ModelSpec(
             name=name,
             frames_per_chunk=temporal * f,
             height=cfg.height,
