@@ -1,6 +1,6 @@
-"""Guidance benchmark: quality and speed of guided, unguided and guidance-distilled weights.
+"""Guidance and step benchmark: quality and speed of guided, unguided and distilled weights.
 
-Every variant is a weights folder and a guidance scale. All of them roll out the same clips
+Every variant is a weights folder, a guidance scale and a step count. All of them roll out the same clips
 (same seeds) in the same run and are scored from pixels by the evaluator's story, redirect
 and game figures; each also gets the one-stream frame rate end to end (denoise, commit,
 decode). Ratios are against the first variant. Run it on a quiet machine: the frame rates
@@ -9,8 +9,9 @@ share the cores with whatever else runs.
     python benchmarks/guidance.py --variant guided=runs/teacher:2 --variant distilled=shipped:1
         -> benchmarks/results/guidance.json
 
-A variant is NAME=WEIGHTS[:SCALE]; WEIGHTS "shipped" is the shipped folder, and without SCALE
-the weights' own config decides.
+A variant is NAME=WEIGHTS[:SCALE[:STEPS]]; WEIGHTS "shipped" is the shipped folder, and without
+SCALE (or STEPS) the weights' own config decides: `teacher8=checkpoints/teacher:2:8` is the
+guided teacher at 8 steps, `student8=shipped::8` the shipped model at 8.
 """
 
 from __future__ import annotations
@@ -33,20 +34,23 @@ RATIO_KEYS = ("prompt_adherence", "colour", "shape_and_colour", "motion_accuracy
               "character_found", "action_move_accuracy", "fps_single")
 
 
-def variant(text: str) -> tuple[str, Path | None, float | None]:
+def variant(text: str) -> tuple[str, Path | None, float | None, int | None]:
     name, sep, rest = text.partition("=")
     if not sep or not name or not rest:
-        raise argparse.ArgumentTypeError(f"expected NAME=WEIGHTS[:SCALE], got {text!r}")
-    weights, _, scale = rest.partition(":")
+        raise argparse.ArgumentTypeError(f"expected NAME=WEIGHTS[:SCALE[:STEPS]], got {text!r}")
+    weights, _, rest = rest.partition(":")
+    scale, _, steps = rest.partition(":")
     try:
-        return name, None if weights == "shipped" else Path(weights), float(scale) if scale else None
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r}: the scale must be a number") from None
+        return (name, None if weights == "shipped" else Path(weights), float(scale) if scale else None,
+                positive_int(steps) if steps else None)
+    except (ValueError, argparse.ArgumentTypeError):
+        raise argparse.ArgumentTypeError(f"{text!r}: the scale must be a number and the steps "
+                                         "a positive whole number") from None
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--variant", type=variant, action="append", required=True, help="NAME=WEIGHTS[:SCALE]")
+    ap.add_argument("--variant", type=variant, action="append", required=True, help="NAME=WEIGHTS[:SCALE[:STEPS]]")
     ap.add_argument("--seeds", type=int, nargs="+", default=[7])
     ap.add_argument("--story", type=int, default=8, help="story and redirect clips per seed")
     ap.add_argument("--game", type=int, default=4, help="game clips per seed")
@@ -56,14 +60,15 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     rows = []
-    for name, weights, scale in args.variant:
+    for name, weights, scale, steps in args.variant:
         model = EmbeddedModel.load(weights)
         model.configure_guidance(scale)
+        steps = steps or model.spec.default_steps
+        scores = ec.score_seeds(model, args.seeds, args.story, args.game, redirect=True, steps=steps)
         row = {"name": name, "weights": str(weights or "shipped"), "guidance_scale": model.cfg.guidance_scale,
-               "distilled_guidance_scale": model.cfg.distilled_guidance_scale,
-               **{k: None if np.isnan(v) else v  # not measurable: null in the JSON
-                  for k, v in ec.score_seeds(model, args.seeds, args.story, args.game, redirect=True).items()},
-               "fps_single": ec.speed(model, None, "euler", (1,))[1]["frames_per_s"]}
+               "distilled_guidance_scale": model.cfg.distilled_guidance_scale, "steps": steps,
+               **{k: None if np.isnan(v) else v for k, v in scores.items()},  # not measurable: null in the JSON
+               "fps_single": ec.speed(model, steps, "euler", (1,))[1]["frames_per_s"]}
         rows.append(row)
         print(f"{name:>12} adherence {row['prompt_adherence']:.3f} colour {row['colour']:.3f} motion "
               f"{row['motion_accuracy']:.3f} redirect<=2 {row['redirect_within_2']:.2f} character "

@@ -18,31 +18,43 @@ from tests.models.test_causal_equivalence import TOL, tiny_model
 PROMPTS = ["a red ball moving left on grass", "a blue square moving up on sea"]
 
 
+def clean_past_problem(model, chunks: int = 3):
+    """A clip whose last chunk is a redirect, as the distillation targets see it (tokens per frame)."""
+    f = model.cfg.frames_per_chunk
+    n = f * chunks
+    x = torch.randn(1, n, *model.spec.latent_shape[1:])
+    actions, controls = torch.randint(0, 5, (1, n)), torch.rand(1, n, 2)
+    per_chunk = [PROMPTS[0]] * (chunks - 1) + [PROMPTS[1]]
+    tokens = torch.stack([prompt_tokens(per_chunk[i // f], model.cfg.dit.max_tokens)[0] for i in range(n)])[None]
+    return x, per_chunk, {"tokens": tokens, "actions": actions, "controls": controls}
+
+
+def commit_past(model, x, per_chunk, data):
+    """Commit every chunk but the last to a cache slot, as a session does -> (cache batch, last chunk's cond)."""
+    f = model.cfg.frames_per_chunk
+    pool = model.new_pool(1)
+    slot = pool.allocate()
+    for k, text in enumerate(per_chunk):
+        sl = slice(k * f, (k + 1) * f)
+        cond = Conditioning(model.encode_prompt([text]), data["actions"][:, sl], data["controls"][:, sl])
+        if k < len(per_chunk) - 1:
+            model.commit(x[:, sl], cond, pool.batch([slot], commit=True))
+    return pool.batch([slot]), cond
+
+
 def test_target_equals_guided_inference_over_the_cache():
     """Clean past committed to the cache, then a guided denoise: the velocity the training targets."""
     model = tiny_model()
     model.configure_guidance(2.5, 0.0)
-    f, chunks = model.cfg.frames_per_chunk, 3
-    n = f * chunks
-    latent = model.spec.latent_shape[1:]
-    x = torch.randn(1, n, *latent)
-    actions, controls = torch.randint(0, 5, (1, n)), torch.rand(1, n, 2)
-    per_chunk = [PROMPTS[0], PROMPTS[0], PROMPTS[1]]  # the current chunk is a redirect
-    tokens = torch.stack([prompt_tokens(per_chunk[i // f], model.cfg.dit.max_tokens)[0] for i in range(n)])[None]
+    f = model.cfg.frames_per_chunk
+    x, per_chunk, data = clean_past_problem(model)
     t_now = 0.75
-    t_frame = torch.zeros(1, n)
+    t_frame = torch.zeros(1, x.shape[1])
     t_frame[:, -f:] = t_now
-    target = guided_velocity(model.dit, x, t_frame, {"tokens": tokens, "actions": actions, "controls": controls},
-                             model.cfg, 2.5)
+    target = guided_velocity(model.dit, x, t_frame, data, model.cfg, 2.5)
 
-    pool = model.new_pool(1)
-    slot = pool.allocate()
-    for k in range(chunks):
-        sl = slice(k * f, (k + 1) * f)
-        cond = Conditioning(model.encode_prompt([per_chunk[k]]), actions[:, sl], controls[:, sl])
-        if k < chunks - 1:
-            model.commit(x[:, sl], cond, pool.batch([slot], commit=True))
-    x0 = model.denoise(x[:, -f:], torch.tensor([t_now]), cond, pool.batch([slot]))
+    cache, cond = commit_past(model, x, per_chunk, data)
+    x0 = model.denoise(x[:, -f:], torch.tensor([t_now]), cond, cache)
     torch.testing.assert_close((x[:, -f:] - x0) / t_now, target, atol=TOL, rtol=TOL)
 
 

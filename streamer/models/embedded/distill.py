@@ -1,5 +1,10 @@
-"""Guidance distillation: teach the model to give, in one pass, what guidance gives in two.
+"""Distillation: teach the model to give, in one pass, what two passes of a teacher give.
 
+Two kinds, both started from the teacher's own weights (or a student's, see train.py):
+- guidance distillation: one pass gives what classifier-free guidance gives in two;
+- step distillation: one sampling step gives what two of the teacher's steps give.
+
+Guidance distillation.
 Classifier-free guidance runs the model twice per step (under the prompt and under the empty
 prompt) and extrapolates, v = vu + s (vc - vu). It is what makes the embedded model follow its
 prompt, and it halves the frame rate. Distillation (Meng et al., "On Distillation of Guided
@@ -11,6 +16,13 @@ committed at t = 0) and a current chunk at a sampling time. Only the last chunk 
 a target, because the unconditional pass at inference swaps the prompt of the current chunk
 only: its context stays under the prompt it was committed with. Making the current chunk the
 last one keeps the earlier chunks' features identical in both teacher passes.
+
+Step distillation (progressive distillation, Salimans & Ho 2022) halves the step count: the
+student's Euler step from t_i to t_{i+1} of its schedule must land where two teacher steps land,
+t_i -> t_mid -> t_{i+1} on the schedule of twice the steps. The model's flow shift makes the
+student's schedule every other time of the teacher's (ModelSpec.schedule), so the teacher runs
+exactly the steps a session asking for twice the steps runs. The target is the velocity of that
+two-step move: the two teacher velocities weighted by the time each covers.
 """
 
 from __future__ import annotations
@@ -48,6 +60,10 @@ def guided_velocity(teacher: CausalDiT, x_t: torch.Tensor, t_frame: torch.Tensor
     tokens = data["tokens"]
     uncond_tokens = tokens.clone()
     uncond_tokens[:, -f:] = prompt_tokens("", cfg.dit.max_tokens)[0]
+    if scale == 1.0:  # an unguided teacher: one pass
+        with torch.no_grad():
+            return teacher(x_t, t_frame, clip_text(teacher, tokens), data["actions"], data["controls"],
+                           block_causal_context(b, t, f, cfg.dit.tokens_per_frame))[:, -f:]
     with torch.no_grad():
         v = teacher(x_t.repeat(2, 1, 1, 1, 1), t_frame.repeat(2, 1),
                     clip_text(teacher, torch.cat([tokens, uncond_tokens])),
@@ -66,6 +82,49 @@ def guidance_distill_loss(student: CausalDiT, teacher: CausalDiT, data: dict[str
     t_frame[:, -f:] = sample_times(cfg, (b, 1))
     x_t, _ = noised(x0, t_frame)
     target = guided_velocity(teacher, x_t, t_frame, data, cfg, scale)
+    ctx = block_causal_context(b, t, f, cfg.dit.tokens_per_frame)
+    pred = student(x_t, t_frame, clip_text(student, data["tokens"]), data["actions"], data["controls"], ctx)
+    return ((pred[:, -f:] - target) ** 2).mean()
+
+
+def two_step_velocity(teacher: CausalDiT, x_t: torch.Tensor, t_frame: torch.Tensor, data: dict[str, torch.Tensor],
+                      cfg: EmbeddedConfig, scale: float, t_mid: torch.Tensor, t_next: torch.Tensor) -> torch.Tensor:
+    """The velocity that moves the last chunk from its time to `t_next` (B,) as two teacher
+    Euler steps do, through `t_mid` (B,) -> (B, F, C, h, w)."""
+    f = cfg.frames_per_chunk
+    bc = (slice(None), None, None, None, None)
+    t_now = t_frame[:, -1]
+    v1 = guided_velocity(teacher, x_t, t_frame, data, cfg, scale)
+    x_mid, t_mid_frame = x_t.clone(), t_frame.clone()
+    x_mid[:, -f:] += (t_mid - t_now)[bc] * v1
+    t_mid_frame[:, -f:] = t_mid[:, None]
+    v2 = guided_velocity(teacher, x_mid, t_mid_frame, data, cfg, scale)
+    return (((t_mid - t_now)[bc] * v1 + (t_next - t_mid)[bc] * v2) / (t_next - t_now)[bc])
+
+
+def halving_grids(student: tuple[float, ...], teacher: tuple[float, ...]) -> tuple[torch.Tensor, ...]:
+    """(t_i, t_mid, t_{i+1}) of each student step, from the student's schedule and the teacher's
+    schedule of twice the steps, which must hold the student's times at every other place."""
+    if len(teacher) != 2 * len(student) or any(abs(a - b) > 1e-6 for a, b in zip(teacher[::2], student, strict=True)):
+        raise ValueError(f"the teacher's schedule {teacher} must be the student's {student} with a time between "
+                         "each pair of its steps")
+    t_next = torch.tensor([*student[1:], 0.0])
+    return torch.tensor(student), torch.tensor(teacher[1::2]), t_next
+
+
+def step_distill_loss(student: CausalDiT, teacher: CausalDiT, data: dict[str, torch.Tensor], cfg: EmbeddedConfig,
+                      scale: float, grids: tuple[torch.Tensor, ...]) -> torch.Tensor:
+    """Mean squared error between the student's velocity at a time of its schedule and the
+    velocity of the teacher's two steps from there (`grids` from `halving_grids`), on the last chunk."""
+    x0 = data["x0"]
+    b, t = x0.shape[:2]
+    f = cfg.frames_per_chunk
+    step = torch.randint(len(grids[0]), (b,))  # which of the student's steps each clip trains
+    t_now, t_mid, t_next = (g[step] for g in grids)
+    t_frame = torch.rand(b, t) * 0.05  # the clean past, as in guidance_distill_loss
+    t_frame[:, -f:] = t_now[:, None]
+    x_t, _ = noised(x0, t_frame)
+    target = two_step_velocity(teacher, x_t, t_frame, data, cfg, scale, t_mid, t_next)
     ctx = block_causal_context(b, t, f, cfg.dit.tokens_per_frame)
     pred = student(x_t, t_frame, clip_text(student, data["tokens"]), data["actions"], data["controls"], ctx)
     return ((pred[:, -f:] - target) ** 2).mean()

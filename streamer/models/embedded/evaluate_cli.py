@@ -127,7 +127,7 @@ def speed(model: EmbeddedModel, steps: int | None, sampler: str, batches: tuple[
 
 
 def score_seeds(model: EmbeddedModel, seeds: list[int], story: int, game: int, sampler: str = "euler",
-                redirect: bool = False) -> dict[str, float]:
+                redirect: bool = False, steps: int | None = None) -> dict[str, float]:
     """Mean story (and redirect) and game figures over `seeds`, for A/B benchmarks.
 
     Each seed draws its own clips, the same ones for every model or setting scored with it.
@@ -136,10 +136,10 @@ def score_seeds(model: EmbeddedModel, seeds: list[int], story: int, game: int, s
     figures: dict[str, list[float]] = {}
     for seed in seeds:
         rng = np.random.default_rng(seed)
-        res = eval_story(model, rng, story, 8, None, sampler)
+        res = eval_story(model, rng, story, 8, steps, sampler)
         if redirect:
-            res.update(eval_redirect(model, rng, story, 8, None, sampler))
-        res.update(eval_game(model, rng, game, 16, None, sampler))
+            res.update(eval_redirect(model, rng, story, 8, steps, sampler))
+        res.update(eval_game(model, rng, game, 16, steps, sampler))
         for key, value in res.items():
             figures.setdefault(key, []).append(value)
     return {k: _nanmean(v) for k, v in figures.items()}

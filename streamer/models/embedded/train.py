@@ -10,8 +10,9 @@ Two stages, each resumable from `--run-dir` (checkpoints every few minutes):
    redirects are learned, and a tenth of the chunks are trained under the empty prompt so
    that classifier-free guidance has an unconditional prediction to steer away from.
 
-A third, optional stage, `--distill-guidance TEACHER`, distils a guided model into one that
-needs one pass a step (distill.py); the shipped weights went through it (docs/model.md, Guidance).
+Two optional stages distil (distill.py): `--distill-guidance TEACHER` turns a guided model into
+one that needs one pass a step, and `--distill-steps TEACHER` makes a model's every step do what
+two of the teacher's do. The shipped weights went through both (docs/model.md, Distillation).
 
 The EMA weights are exported to `streamer/models/embedded/weights/` (or `--export`) at every
 checkpoint, so the shipped model is always the latest one, and a sample sheet of them is written
@@ -36,7 +37,7 @@ from tqdm import tqdm
 from ...argtypes import positive_int
 from .autoencoder import Autoencoder, to_unit
 from .config import EmbeddedConfig
-from .distill import guidance_distill_loss, teacher_problem
+from .distill import guidance_distill_loss, halving_grids, step_distill_loss, teacher_problem
 from .dit import CausalDiT
 from .flow import clip_text, noised, sample_times
 from .masks import block_causal_context
@@ -278,22 +279,53 @@ def export_weights(model: EmbeddedModel, ema: CausalDiT, export: Path, record: d
     return shipped
 
 
+def load_teacher(args: argparse.Namespace, folder: Path, guided: bool) -> tuple[EmbeddedModel, int]:
+    """The teacher in `folder`, frozen, and the training step its weights come from.
+
+    `guided`: it must be guided on every step; otherwise it may also be unguided.
+    """
+    if args.export.resolve() == folder.resolve():
+        raise SystemExit("--export must differ from the teacher's folder: the teacher is reloaded on resume")
+    teacher = EmbeddedModel.load(folder)
+    problem = teacher_problem(teacher.cfg)
+    if problem is not None and (guided or teacher.cfg.guidance_scale != 1.0):
+        raise SystemExit(f"{folder}: {problem}")
+    teacher.dit.eval().requires_grad_(False)
+    return teacher, json.loads((folder / "dit_step.json").read_text())["step"]
+
+
 def distill_guidance(args: argparse.Namespace) -> None:
     """Guidance distillation (distill.py): the student starts as the teacher and runs unguided."""
-    if args.export.resolve() == args.distill_guidance.resolve():
-        raise SystemExit("--export must differ from the teacher's folder: the teacher is reloaded on resume")
-    teacher = EmbeddedModel.load(args.distill_guidance)
-    problem = teacher_problem(teacher.cfg)
-    if problem is not None:
-        raise SystemExit(f"{args.distill_guidance}: {problem}")
+    teacher, teacher_step = load_teacher(args, args.distill_guidance, guided=True)
     scale = teacher.cfg.guidance_scale
-    teacher.dit.eval().requires_grad_(False)
     cfg = dataclasses.replace(teacher.cfg, guidance_scale=1.0, distilled_guidance_scale=scale)
     model = EmbeddedModel(cfg, ae=teacher.ae, dit=copy.deepcopy(teacher.dit).requires_grad_(True))
-    teacher_step = json.loads((args.distill_guidance / "dit_step.json").read_text())["step"]
     train_dit(model, args.run_dir, args.dit_steps, args.batch, args.seed, args.ckpt_minutes, args.export, args.lr,
               args.cooldown_steps, lambda net, data: guidance_distill_loss(net, teacher.dit, data, cfg, scale),
               {"stage": "guidance-distill", "teacher_step": teacher_step, "guidance_scale": scale})
+
+
+def distill_steps(args: argparse.Namespace) -> None:
+    """Step distillation (distill.py): the student's default schedule does in each step what the
+    teacher (guided or not) does in two. The student starts from `--init` (default: the teacher),
+    e.g. a guidance-distilled student of the same teacher, which then stays unguided."""
+    teacher, teacher_step = load_teacher(args, args.distill_steps, guided=False)
+    init = teacher if args.init is None else EmbeddedModel.load(args.init)
+    guidance = {"guidance_scale", "guidance_min_t", "distilled_guidance_scale"}  # all a student may change
+    for name in (f.name for f in dataclasses.fields(teacher.cfg) if f.name not in guidance):
+        if getattr(init.cfg, name) != getattr(teacher.cfg, name):
+            raise SystemExit(f"{args.init}: config field '{name}' differs from the teacher's in {args.distill_steps}")
+    scale = teacher.cfg.guidance_scale
+    # A guided teacher's student runs unguided: the guidance is in its targets.
+    cfg = init.cfg if scale == 1.0 else dataclasses.replace(init.cfg, guidance_scale=1.0,
+                                                            distilled_guidance_scale=scale)
+    model = EmbeddedModel(cfg, ae=init.ae, dit=copy.deepcopy(init.dit).requires_grad_(True))
+    steps = len(cfg.timesteps)
+    grids = halving_grids(model.spec.schedule(steps), model.spec.schedule(2 * steps))
+    train_dit(model, args.run_dir, args.dit_steps, args.batch, args.seed, args.ckpt_minutes, args.export, args.lr,
+              args.cooldown_steps, lambda net, data: step_distill_loss(net, teacher.dit, data, cfg, scale, grids),
+              {"stage": "step-distill", "teacher_step": teacher_step, "guidance_scale": scale,
+               "teacher_steps": 2 * steps})
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -316,6 +348,11 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--distill-guidance", type=Path, default=None, metavar="TEACHER",
                     help="instead of training: distil the guided model in TEACHER (its guidance_scale) "
                          "into one that needs one pass a step, for --dit-steps steps, exported to --export")
+    ap.add_argument("--distill-steps", type=Path, default=None, metavar="TEACHER",
+                    help="instead of training: distil the model in TEACHER, at twice the default steps, into one "
+                         "that needs the default steps, for --dit-steps steps, exported to --export")
+    ap.add_argument("--init", type=Path, default=None,
+                    help="with --distill-steps: the weights the student starts from (default: the teacher's)")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
@@ -325,6 +362,9 @@ def main(argv: list[str] | None = None) -> None:
         return
     if args.distill_guidance is not None:
         distill_guidance(args)
+        return
+    if args.distill_steps is not None:
+        distill_steps(args)
         return
 
     cfg = EmbeddedConfig()
