@@ -12,7 +12,8 @@ Two stages, each resumable from `--run-dir` (checkpoints every few minutes):
 
 Two optional stages distil (distill.py): `--distill-guidance TEACHER` turns a guided model into
 one that needs one pass a step, and `--distill-steps TEACHER` makes a model's every step do what
-two of the teacher's do. The shipped weights went through both (docs/model.md, Distillation).
+two of the teacher's do. The shipped weights went through both (docs/model.md, Guidance
+distillation and Step distillation).
 
 The EMA weights are exported to `streamer/models/embedded/weights/` (or `--export`) at every
 checkpoint, so the shipped model is always the latest one, and a sample sheet of them is written
