@@ -4,8 +4,7 @@ Two kinds, both started from the teacher's own weights (or a student's, see trai
 - guidance distillation: one pass gives what classifier-free guidance gives in two;
 - step distillation: one sampling step gives what two of the teacher's steps give.
 
-Guidance distillation.
-Classifier-free guidance runs the model twice per step (under the prompt and under the empty
+Guidance distillation. Classifier-free guidance runs the model twice per step (under the prompt and under the empty
 prompt) and extrapolates, v = vu + s (vc - vu). It is what makes the embedded model follow its
 prompt, and it halves the frame rate. Distillation (Meng et al., "On Distillation of Guided
 Diffusion Models", 2023) trains a student, started from the teacher's own weights, to predict
@@ -58,12 +57,12 @@ def guided_velocity(teacher: CausalDiT, x_t: torch.Tensor, t_frame: torch.Tensor
     b, t = x_t.shape[:2]
     f = cfg.frames_per_chunk
     tokens = data["tokens"]
-    uncond_tokens = tokens.clone()
-    uncond_tokens[:, -f:] = prompt_tokens("", cfg.dit.max_tokens)[0]
     if scale == 1.0:  # an unguided teacher: one pass
         with torch.no_grad():
             return teacher(x_t, t_frame, clip_text(teacher, tokens), data["actions"], data["controls"],
                            block_causal_context(b, t, f, cfg.dit.tokens_per_frame))[:, -f:]
+    uncond_tokens = tokens.clone()
+    uncond_tokens[:, -f:] = prompt_tokens("", cfg.dit.max_tokens)[0]
     with torch.no_grad():
         v = teacher(x_t.repeat(2, 1, 1, 1, 1), t_frame.repeat(2, 1),
                     clip_text(teacher, torch.cat([tokens, uncond_tokens])),
@@ -81,10 +80,16 @@ def guidance_distill_loss(student: CausalDiT, teacher: CausalDiT, data: dict[str
     t_frame = torch.rand(b, t) * 0.05  # the clean past, with the training's small-noise augmentation
     t_frame[:, -f:] = sample_times(cfg, (b, 1))
     x_t, _ = noised(x0, t_frame)
-    target = guided_velocity(teacher, x_t, t_frame, data, cfg, scale)
-    ctx = block_causal_context(b, t, f, cfg.dit.tokens_per_frame)
+    return last_chunk_error(student, x_t, t_frame, data, cfg, guided_velocity(teacher, x_t, t_frame, data, cfg, scale))
+
+
+def last_chunk_error(student: CausalDiT, x_t: torch.Tensor, t_frame: torch.Tensor, data: dict[str, torch.Tensor],
+                     cfg: EmbeddedConfig, target: torch.Tensor) -> torch.Tensor:
+    """Mean squared error of the student's velocity on the last chunk against `target`."""
+    b, t = x_t.shape[:2]
+    ctx = block_causal_context(b, t, cfg.frames_per_chunk, cfg.dit.tokens_per_frame)
     pred = student(x_t, t_frame, clip_text(student, data["tokens"]), data["actions"], data["controls"], ctx)
-    return ((pred[:, -f:] - target) ** 2).mean()
+    return ((pred[:, -cfg.frames_per_chunk:] - target) ** 2).mean()
 
 
 def two_step_velocity(teacher: CausalDiT, x_t: torch.Tensor, t_frame: torch.Tensor, data: dict[str, torch.Tensor],
@@ -124,7 +129,5 @@ def step_distill_loss(student: CausalDiT, teacher: CausalDiT, data: dict[str, to
     t_frame = torch.rand(b, t) * 0.05  # the clean past, as in guidance_distill_loss
     t_frame[:, -f:] = t_now[:, None]
     x_t, _ = noised(x0, t_frame)
-    target = two_step_velocity(teacher, x_t, t_frame, data, cfg, scale, t_mid, t_next)
-    ctx = block_causal_context(b, t, f, cfg.dit.tokens_per_frame)
-    pred = student(x_t, t_frame, clip_text(student, data["tokens"]), data["actions"], data["controls"], ctx)
-    return ((pred[:, -f:] - target) ** 2).mean()
+    return last_chunk_error(student, x_t, t_frame, data, cfg,
+                            two_step_velocity(teacher, x_t, t_frame, data, cfg, scale, t_mid, t_next))
