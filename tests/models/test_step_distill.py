@@ -10,7 +10,13 @@ from streamer.models.embedded.model import EmbeddedModel
 from streamer.models.embedded.train import main
 from streamer.sampling import next_latent
 from tests.models.test_causal_equivalence import TOL, tiny_model
-from tests.models.test_distill import batch, clean_past_problem, commit_past, guided_teacher
+from tests.models.test_distill import (
+    batch,
+    clean_past_problem,
+    commit_past,
+    guided_teacher,
+    loss_before_and_after_training,
+)
 
 
 def test_target_is_two_guided_euler_steps_of_inference_over_the_cache():
@@ -49,21 +55,8 @@ def test_student_moves_towards_the_two_step_teacher():
             p.add_(torch.randn_like(p) * 0.05)
     grids = halving_grids(model.spec.schedule(4), model.spec.schedule(8))
     data = batch(model)
-    opt = torch.optim.AdamW(model.dit.parameters(), lr=2e-3)
-
-    def loss_at(seed: int) -> torch.Tensor:
-        torch.manual_seed(seed)
-        return step_distill_loss(model.dit, teacher, data, model.cfg, 1.0, grids)
-
-    with torch.no_grad():
-        before = loss_at(123).item()
-    for step in range(30):
-        loss = loss_at(step)
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-    with torch.no_grad():
-        after = loss_at(123).item()
+    before, after = loss_before_and_after_training(
+        model, lambda student: step_distill_loss(student, teacher, data, model.cfg, 1.0, grids))
     assert after < 0.7 * before, (before, after)
 
 

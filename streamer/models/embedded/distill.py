@@ -104,7 +104,7 @@ def two_step_velocity(teacher: CausalDiT, x_t: torch.Tensor, t_frame: torch.Tens
     x_mid[:, -f:] += (t_mid - t_now)[bc] * v1
     t_mid_frame[:, -f:] = t_mid[:, None]
     v2 = guided_velocity(teacher, x_mid, t_mid_frame, data, cfg, scale)
-    return (((t_mid - t_now)[bc] * v1 + (t_next - t_mid)[bc] * v2) / (t_next - t_now)[bc])
+    return ((t_mid - t_now)[bc] * v1 + (t_next - t_mid)[bc] * v2) / (t_next - t_now)[bc]
 
 
 def halving_grids(student: tuple[float, ...], teacher: tuple[float, ...]) -> tuple[torch.Tensor, ...]:

@@ -321,7 +321,7 @@ def distill_steps(args: argparse.Namespace) -> None:
     cfg = init.cfg if scale == 1.0 else dataclasses.replace(init.cfg, guidance_scale=1.0,
                                                             distilled_guidance_scale=scale)
     model = EmbeddedModel(cfg, ae=init.ae, dit=copy.deepcopy(init.dit).requires_grad_(True))
-    steps = len(cfg.timesteps)
+    steps = model.spec.default_steps
     grids = halving_grids(model.spec.schedule(steps), model.spec.schedule(2 * steps))
     train_dit(model, args.run_dir, args.dit_steps, args.batch, args.seed, args.ckpt_minutes, args.export, args.lr,
               args.cooldown_steps, lambda net, data: step_distill_loss(net, teacher.dit, data, cfg, scale, grids),
