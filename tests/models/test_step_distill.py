@@ -84,3 +84,16 @@ def test_distill_steps_refuses_an_init_of_another_shape(tmp_path):
     with pytest.raises(SystemExit, match="config field 'window_frames' differs from the teacher's"):
         main(["--distill-steps", str(teacher), "--init", str(tmp_path / "other"), "--run-dir", str(tmp_path / "run"),
               "--export", str(tmp_path / "out"), "--dit-steps", "1", "--threads", "1"])
+
+
+def test_student_steps_halves_a_step_distilled_model_again(tmp_path):
+    """`--student-steps 2` with a 4-step teacher: the student's schedule is every other time of
+    the teacher's, and its config says so, so serving it runs 2 steps by default."""
+    teacher = guided_teacher(tmp_path)
+    main(["--distill-steps", str(teacher), "--student-steps", "2", "--run-dir", str(tmp_path / "run"),
+          "--export", str(tmp_path / "out"), "--dit-steps", "1", "--batch", "2", "--threads", "1",
+          "--ckpt-minutes", "0"])
+    student = EmbeddedModel.load(tmp_path / "out")
+    assert student.spec.default_steps == 2
+    assert student.spec.timesteps == pytest.approx(EmbeddedModel.load(teacher).spec.schedule(4)[::2])
+    assert json.loads((tmp_path / "out" / "dit_step.json").read_text())["teacher_steps"] == 4

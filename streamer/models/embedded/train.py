@@ -312,17 +312,18 @@ def distill_steps(args: argparse.Namespace) -> None:
     e.g. a guidance-distilled student of the same teacher, which then stays unguided."""
     teacher, teacher_step = load_teacher(args, args.distill_steps, guided=False)
     init = teacher if args.init is None else EmbeddedModel.load(args.init)
-    guidance = {"guidance_scale", "guidance_min_t", "distilled_guidance_scale"}  # all a student may change
-    for name in (f.name for f in dataclasses.fields(teacher.cfg) if f.name not in guidance):
+    # All a student may change: its guidance, and its default schedule (--student-steps).
+    own = {"guidance_scale", "guidance_min_t", "distilled_guidance_scale", "timesteps"}
+    for name in (f.name for f in dataclasses.fields(teacher.cfg) if f.name not in own):
         if getattr(init.cfg, name) != getattr(teacher.cfg, name):
             raise SystemExit(f"{args.init}: config field '{name}' differs from the teacher's in {args.distill_steps}")
+    steps = args.student_steps or init.spec.default_steps
+    cfg = dataclasses.replace(init.cfg, timesteps=init.spec.schedule(steps))
     scale = teacher.cfg.guidance_scale
-    # A guided teacher's student runs unguided: the guidance is in its targets.
-    cfg = init.cfg if scale == 1.0 else dataclasses.replace(init.cfg, guidance_scale=1.0,
-                                                            distilled_guidance_scale=scale)
+    if scale != 1.0:  # a guided teacher's student runs unguided: the guidance is in its targets
+        cfg = dataclasses.replace(cfg, guidance_scale=1.0, distilled_guidance_scale=scale)
     model = EmbeddedModel(cfg, ae=init.ae, dit=copy.deepcopy(init.dit).requires_grad_(True))
-    steps = model.spec.default_steps
-    grids = halving_grids(model.spec.schedule(steps), model.spec.schedule(2 * steps))
+    grids = halving_grids(model.spec.schedule(steps), teacher.spec.schedule(2 * steps))
     train_dit(model, args.run_dir, args.dit_steps, args.batch, args.seed, args.ckpt_minutes, args.export, args.lr,
               args.cooldown_steps, lambda net, data: step_distill_loss(net, teacher.dit, data, cfg, scale, grids),
               {"stage": "step-distill", "teacher_step": teacher_step, "guidance_scale": scale,
@@ -350,10 +351,13 @@ def main(argv: list[str] | None = None) -> None:
                     help="instead of training: distil the guided model in TEACHER (its guidance_scale) "
                          "into one that needs one pass a step, for --dit-steps steps, exported to --export")
     ap.add_argument("--distill-steps", type=Path, default=None, metavar="TEACHER",
-                    help="instead of training: distil the model in TEACHER, at twice the default steps, into one "
-                         "that needs the default steps, for --dit-steps steps, exported to --export")
+                    help="instead of training: distil the model in TEACHER, at twice the student's steps, into one "
+                         "that needs the student's steps, for --dit-steps steps, exported to --export")
     ap.add_argument("--init", type=Path, default=None,
                     help="with --distill-steps: the weights the student starts from (default: the teacher's)")
+    ap.add_argument("--student-steps", type=positive_int, default=None,
+                    help="with --distill-steps: the student's default step count (default: the --init weights'); "
+                         "the teacher runs twice as many")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
