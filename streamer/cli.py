@@ -27,8 +27,9 @@ def _serve_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--weights", help="weights file (default: the shipped ones)")
     p.add_argument("--fps", type=float, help="playback rate (default: the model's, or what --fps-for-sessions hold)")
     p.add_argument("--fps-for-sessions", type=positive_int, default=1, metavar="N",
-                   help="without --fps, serve the highest rate at which N sessions fit at once, as start-up "
-                        "calibration predicts (default 1: the best rate for one user; docs/scheduler.md)")  # fmt: skip
+                   help="without --fps, serve each new session the highest rate at which N sessions fit at once, "
+                        "as the cost model (calibrated at start-up, learning since) predicts (default 1: the best "
+                        "rate for one user; docs/scheduler.md)")  # fmt: skip
     p.add_argument("--steps", type=int, help="denoising steps per chunk (default: the model's)")
     p.add_argument("--max-sessions", type=int, help="admission limit (default: from capacity)")
     p.add_argument("--scheduler", choices=["deadline", "serial"], default="deadline",

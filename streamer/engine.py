@@ -175,6 +175,10 @@ class Engine:
     def _open(self, params: StartMessage, sink: ChunkSink) -> SessionHandle:
         sid = str(uuid.uuid4())
         steps = params.steps or self.steps
+        if self.cfg.fps is None and self.calibration:
+            # The cost model has kept learning since start-up: a slow or fast spell of the
+            # calibration run must not set the rate for the server's whole life.
+            self.fps = self._served_fps()
         spec = SessionSpec(sid, self.fps, self.spec.frames_per_chunk, steps, self.spec.step_floor(steps))
         adm: Admission = self.scheduler.add_session(spec, self.clock())
         if not adm.admitted:
@@ -229,8 +233,12 @@ class Engine:
         if self.calibration:
             self.scheduler.cost.calibrate(self.calibration)
             if self.cfg.fps is None:
-                self.fps = self.scheduler.sustainable_fps(self.cfg.fps_sessions, self.steps,
-                                                          self.spec.frames_per_chunk, self.spec.fps)
+                self.fps = self._served_fps()
+
+    def _served_fps(self) -> float:
+        """The highest rate at which `fps_sessions` sessions fit, by the cost model as learned so far."""
+        return self.scheduler.sustainable_fps(self.cfg.fps_sessions, self.steps, self.spec.frames_per_chunk,
+                                              self.spec.fps)
 
     def _drain_commands(self, timeout: float | None) -> None:
         """Run every queued command; wait up to `timeout` for the first (0: do not wait).

@@ -7,6 +7,8 @@ import pytest
 from streamer.calibration import calibrate
 from streamer.engine import Engine, EngineConfig
 from streamer.engine_factory import tiny_embedded
+from streamer.protocol import StartMessage
+from tests.engine_helpers import Collector
 
 
 class CountingModel:
@@ -76,3 +78,34 @@ async def test_an_engine_serves_the_rate_its_fps_sessions_hold_together(monkeypa
         await engine.stop()
     with pytest.raises(ValueError, match=r"fps_sessions must be in 1..max_sessions \(2\), got 3"):
         EngineConfig(max_sessions=2, fps_sessions=3)
+
+
+async def test_a_new_session_gets_the_rate_the_cost_model_has_learned_since(monkeypatch) -> None:
+    # Calibrated at 40 ms a call, one session holds 8.5 fps; measured at 80 ms, 4.25.
+    table = {(kind, b): 0.040 for kind in ("denoise", "commit") for b in (1, 2)}
+    monkeypatch.setattr("streamer.engine.calibrate", lambda *a, **k: table)
+    engine = Engine(tiny_embedded(), EngineConfig(max_sessions=2))
+    await engine.start()
+    try:
+        assert engine.fps == 8.0
+        for _ in range(60):  # the machine turned out twice as slow as its start-up calibration
+            for kind in ("denoise", "commit"):
+                engine.scheduler.cost.observe(kind, 1, 0.080)
+        handle = await engine.open_session(StartMessage(prompt="a red ball", seed=1), Collector())
+        assert handle.fps == engine.fps == 4.0
+    finally:
+        await engine.stop()
+
+
+async def test_a_fixed_fps_is_served_whatever_the_cost_model_learns(monkeypatch) -> None:
+    table = {(kind, b): 0.040 for kind in ("denoise", "commit") for b in (1, 2)}
+    monkeypatch.setattr("streamer.engine.calibrate", lambda *a, **k: table)
+    engine = Engine(tiny_embedded(), EngineConfig(max_sessions=2, fps=6.0, utilisation_bound=1e9))
+    await engine.start()
+    try:
+        for _ in range(60):
+            engine.scheduler.cost.observe("denoise", 1, 0.080)
+        handle = await engine.open_session(StartMessage(prompt="a red ball", seed=1), Collector())
+        assert handle.fps == 6.0
+    finally:
+        await engine.stop()
