@@ -37,6 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks.common import RESULTS, ServerProcess  # noqa: E402
 from benchmarks.soak import SoakConfig  # noqa: E402
 from benchmarks.soak import run as run_soak  # noqa: E402
+from streamer.hostinfo import cpu_name  # noqa: E402
 
 KEEP = ("sessions", "sessions_started", "errors", "refused", "lost", "miss_rate", "ttff_p50_s", "ttff_p99_s",
         "interval_p99_s", "stalls_per_min", "glass_to_glass_p50_s", "glass_to_glass_p99_s", "fps_session")  # fmt: skip
@@ -129,7 +130,7 @@ class Sweep:
                 s["deadline"]["held_in_real_time"] / s["serial"]["held_in_real_time"], 3)  # fmt: skip
         out["settings"] = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(self.args).items()}
         out["machine"] = {
-            "cpu": platform.processor() or platform.machine(),
+            "cpu": cpu_name(),
             "python": platform.python_version(),
         }
         return out

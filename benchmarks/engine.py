@@ -53,26 +53,12 @@ from streamer.calibration import calibrate  # noqa: E402
 from streamer.engine import Engine, EngineConfig, make_scheduler  # noqa: E402
 from streamer.engine_factory import build_model  # noqa: E402
 from streamer.events import Chunk, Refused  # noqa: E402
+from streamer.hostinfo import cpu_name, matmul_peak_gflops  # noqa: E402
 from streamer.models.base import Conditioning  # noqa: E402
-from streamer.models.device import resolve_device, synchronize  # noqa: E402
+from streamer.models.device import resolve_device  # noqa: E402
 from streamer.models.embedded import vocab  # noqa: E402
 from streamer.models.precision import PRECISIONS  # noqa: E402
 from streamer.protocol import StartMessage  # noqa: E402
-
-
-def matmul_peak_gflops(device: torch.device, n: int, dtype: torch.dtype, seconds: float = 2.0) -> float:
-    """n x n matmul GFLOP/s in `dtype` on `device`. On CUDA each product is waited for, so the count
-    is what the device finished (an 8192-wide fp32 product takes ~20 ms: the wait is noise)."""
-    a, b = torch.randn(n, n, device=device, dtype=dtype), torch.randn(n, n, device=device, dtype=dtype)
-    for _ in range(3):
-        a @ b
-    synchronize(device)
-    count, start = 0, time.perf_counter()
-    while time.perf_counter() - start < seconds:
-        a @ b
-        synchronize(device)
-        count += 1
-    return 2 * n**3 * count / (time.perf_counter() - start) / 1e9
 
 
 @contextlib.contextmanager
@@ -258,7 +244,7 @@ def main() -> int:
         "fps_source": "--fps" if args.fps else "one calibration, shared by every run",
         "fps_for_sessions": None if args.fps else args.fps_for_sessions,
         "calibration_ms": {f"{kind}@{b}": round(v * 1e3, 3) for (kind, b), v in sorted(calibration.items())},
-        "machine": {"cpu": platform.processor() or platform.machine(), "threads": torch.get_num_threads()},
+        "machine": {"cpu": cpu_name(), "threads": torch.get_num_threads()},
         "device": device.type,
         "gpu": torch.cuda.get_device_name(device) if device.type == "cuda" else None,
         "versions": {"torch": torch.__version__, "cuda": torch.version.cuda, "python": platform.python_version()},

@@ -27,6 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.common import RESULTS, emit_result  # noqa: E402
 from streamer.argtypes import positive_int  # noqa: E402
+from streamer.hostinfo import host_info  # noqa: E402
 from streamer.models.embedded import evaluate_cli as ec  # noqa: E402
 from streamer.models.embedded.model import EmbeddedModel  # noqa: E402
 
@@ -78,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
         row[f"ratios_vs_{base['name']}"] = {
             k: row[k] / base[k] if row.get(k) is not None and base.get(k) else None for k in RATIO_KEYS}
     result = {"variants": rows, "seeds": args.seeds, "story_clips_per_seed": args.story,
-              "game_clips_per_seed": args.game, "threads": args.threads}
+              "game_clips_per_seed": args.game, "threads": args.threads, "host": host_info(torch.device("cpu"))}
     emit_result(result, args.out, args.json)
     return 0
 

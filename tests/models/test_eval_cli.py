@@ -24,6 +24,8 @@ def test_quick_eval_prints_contract_json(capsys):
     assert res["device"] == "cpu"
     assert 0.0 <= res["prompt_adherence"] <= 1.0 and 0.0 <= res["motion_accuracy"] <= 1.0
     assert res["fps_single"] > 0
+    # ...measured on this host, named with its matmul peak (streamer/hostinfo.py)
+    assert res["host"]["cpu"] and res["host"]["threads"] == 1 and res["host"]["matmul_peak_gflops"] > 0
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the error a machine without CUDA gives")
@@ -46,3 +48,4 @@ def test_eval_bad_guidance_exits_2(capsys):
     out, err = capsys.readouterr()
     assert "streamer eval: error:" in err and "guidance needs scale > 0" in err
     assert out == ""
+

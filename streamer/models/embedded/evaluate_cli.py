@@ -19,6 +19,7 @@ import numpy as np
 import torch
 
 from ...argtypes import add_guidance_arguments, positive_int
+from ...hostinfo import host_info
 from ...sampling import SAMPLERS
 from ..device import DEVICE_CHOICES
 from ..precision import PRECISIONS
@@ -191,10 +192,14 @@ def main(argv: list[str] | None = None) -> int:
     res["guidance_min_t"] = model.cfg.guidance_min_t
     res["distilled_guidance_scale"] = model.cfg.distilled_guidance_scale  # baked into the weights
     res["device"] = args.device
+    res["host"] = host_info(model.device)  # a frame rate is read against its host (streamer/hostinfo.py)
     res["eval_seconds"] = round(time.perf_counter() - started, 1)
     for key, value in res.items():
         if not isinstance(value, dict):
             print(f"{key:>24}: {value:.3f}" if isinstance(value, float) else f"{key:>24}: {value}", file=sys.stderr)
+    host = res["host"]
+    print(f"{'host':>24}: {host['cpu']}, {host['threads']} threads, fp32 matmul {host['matmul_peak_gflops']} GFLOP/s",
+          file=sys.stderr)
     # NaN (nothing measurable, e.g. no character found) is not JSON: report it as null.
     res = {k: (None if isinstance(v, float) and np.isnan(v) else v) for k, v in res.items()}
     line = json.dumps(res)
