@@ -3,7 +3,7 @@
 A frame rate means little without the host. The "2-core machine" this project is developed on
 is not one machine: on 2026-12-03 it was an Intel Xeon at 181 GFLOP/s fp32 per core (1024-wide
 matmul, one thread) where earlier sessions had an AMD EPYC at 65-77, and the same weights ran
-36 frames/s one stream against 13-21. So `streamer eval` and the benchmarks record this beside
+36-38 frames/s one stream against 13-21. So `streamer eval` and the benchmarks record this beside
 their rates, and a rate is compared with another only with the peak of the run that measured it.
 """
 

@@ -48,4 +48,3 @@ def test_eval_bad_guidance_exits_2(capsys):
     out, err = capsys.readouterr()
     assert "streamer eval: error:" in err and "guidance needs scale > 0" in err
     assert out == ""
-
