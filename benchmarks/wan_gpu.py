@@ -37,6 +37,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from streamer.chunk_steps import denoise_step, finish_chunk  # noqa: E402
+from streamer.hostinfo import cpu_name  # noqa: E402
 from streamer.models.base import Conditioning  # noqa: E402
 from streamer.models.device import synchronize  # noqa: E402
 
@@ -228,7 +229,7 @@ def main(argv: list[str] | None = None) -> int:
     one, four = by_b.get(1), by_b.get(4)
     result = {
         "benchmark": "wan_gpu",
-        "gpu": torch.cuda.get_device_name(0) if cuda else f"none (--smoke on {platform.processor() or 'cpu'})",
+        "gpu": torch.cuda.get_device_name(0) if cuda else f"none (--smoke on {cpu_name()})",
         "note": ("random weights at Wan2.1-T2V-1.3B shapes, bf16; speed only" if cuda
                  else "--smoke: tiny config on the CPU; numbers are meaningless"),  # fmt: skip
         "versions": _versions(),

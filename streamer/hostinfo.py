@@ -1,10 +1,9 @@
 """The machine a speed figure was measured on: its CPU, the torch threads, its matmul peak.
 
-A frame rate means little without the host. The "2-core machine" this project is developed on
-is not one machine: on 2026-12-03 it was an Intel Xeon at 181 GFLOP/s fp32 per core (1024-wide
-matmul, one thread) where earlier sessions had an AMD EPYC at 65-77, and the same weights ran
-36-38 frames/s one stream against 13-21. So `streamer eval` and the benchmarks record this beside
-their rates, and a rate is compared with another only with the peak of the run that measured it.
+A frame rate means little without its host: the project's 2-core machine has been hosts whose
+fp32 matmul peak differs by more than 2x, and the same weights' one-stream rate moved with it
+(docs/benchmarks.md, "Read a rate against its host"). So `streamer eval` and the benchmarks
+record this beside their rates, and absolute rates are compared only with the peak of their run.
 """
 
 from __future__ import annotations
