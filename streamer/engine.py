@@ -175,10 +175,7 @@ class Engine:
     def _open(self, params: StartMessage, sink: ChunkSink) -> SessionHandle:
         sid = str(uuid.uuid4())
         steps = params.steps or self.steps
-        if self.cfg.fps is None and self.calibration:
-            # The cost model has kept learning since start-up: a slow or fast spell of the
-            # calibration run must not set the rate for the server's whole life.
-            self.fps = self._served_fps()
+        self._refresh_fps()
         spec = SessionSpec(sid, self.fps, self.spec.frames_per_chunk, steps, self.spec.step_floor(steps))
         adm: Admission = self.scheduler.add_session(spec, self.clock())
         if not adm.admitted:
@@ -232,13 +229,17 @@ class Engine:
             self.calibration = calibrate(self.model, self.pool, self.steps)
         if self.calibration:
             self.scheduler.cost.calibrate(self.calibration)
-            if self.cfg.fps is None:
-                self.fps = self._served_fps()
+            self._refresh_fps()
 
-    def _served_fps(self) -> float:
-        """The highest rate at which `fps_sessions` sessions fit, by the cost model as learned so far."""
-        return self.scheduler.sustainable_fps(self.cfg.fps_sessions, self.steps, self.spec.frames_per_chunk,
-                                              self.spec.fps)
+    def _refresh_fps(self) -> None:
+        """Without a fixed `fps`: serve the highest rate at which `fps_sessions` sessions fit, by
+        the cost model as learned so far. The model keeps learning after start-up, so a slow or
+        fast spell of the calibration run must not set the rate for the server's whole life; it
+        is re-derived after every batch (so `info()` reports what a session opened now gets) and
+        at every open (the cost model may also have learned outside a batch)."""
+        if self.cfg.fps is None and self.calibration:
+            self.fps = self.scheduler.sustainable_fps(self.cfg.fps_sessions, self.steps,
+                                                      self.spec.frames_per_chunk, self.spec.fps)
 
     def _drain_commands(self, timeout: float | None) -> None:
         """Run every queued command; wait up to `timeout` for the first (0: do not wait).
@@ -304,6 +305,7 @@ class Engine:
         synchronize(self.model.device)
         elapsed = self.clock() - started
         done = self.scheduler.update(plan, StepResult(elapsed, failed), self.clock())
+        self._refresh_fps()
         for sid in failed:
             self._end(sid, "error")
         metrics.BATCH_SIZE.observe(len(plan.items))

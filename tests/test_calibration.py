@@ -92,7 +92,50 @@ async def test_a_new_session_gets_the_rate_the_cost_model_has_learned_since(monk
             for kind in ("denoise", "commit"):
                 engine.scheduler.cost.observe(kind, 1, 0.080)
         handle = await engine.open_session(StartMessage(prompt="a red ball", seed=1), Collector())
-        assert handle.fps == engine.fps == 4.0
+        assert handle.fps == 4.0
+    finally:
+        await engine.stop()
+
+
+class SlowModelClock:
+    """The tiny model on a fake clock where every model call takes 80 ms, and every read of the
+    clock 5 ms (so that an idle engine's wait for the next chunk's release ends)."""
+
+    def __init__(self) -> None:
+        self.inner = tiny_embedded()
+        self.spec = self.inner.spec
+        self.now = 0.0
+
+    def __getattr__(self, name: str):
+        return getattr(self.inner, name)
+
+    def denoise(self, x, t, cond, cache):
+        self.now += 0.080
+        return self.inner.denoise(x, t, cond, cache)
+
+    def commit(self, x0, cond, cache):
+        self.now += 0.080
+        self.inner.commit(x0, cond, cache)
+
+    def read(self) -> float:
+        self.now += 0.005
+        return self.now
+
+
+async def test_the_served_rate_in_info_follows_the_measured_batches(monkeypatch) -> None:
+    # Calibrated at 40 ms a call (8 fps); the engine's own batches then take 80 ms each, so
+    # `info()` (the rate a session opened now would get) falls without another session opening.
+    table = {(kind, b): 0.040 for kind in ("denoise", "commit") for b in (1, 2)}
+    monkeypatch.setattr("streamer.engine.calibrate", lambda *a, **k: table)
+    model = SlowModelClock()
+    engine = Engine(model, EngineConfig(max_sessions=2), clock=model.read)  # type: ignore[arg-type]
+    await engine.start()
+    try:
+        assert engine.info()["fps"] == 8.0
+        sink = Collector()
+        await engine.open_session(StartMessage(prompt="a red ball", seed=1), sink)
+        await sink.wait_chunks(3)
+        assert engine.info()["fps"] < 8.0
     finally:
         await engine.stop()
 
