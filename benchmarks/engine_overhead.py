@@ -6,6 +6,8 @@ flat out in the engine (no deadline can hold, no degrading) and times, per chunk
   call, scatter, device sync), by kind;
 - the scheduler's planning (`schedule`) and bookkeeping (`update`);
 - the wall time per delivered chunk.
+The first two are read from the engine's own metrics (`streamer_step_seconds` and
+`streamer_scheduler_seconds`, as `/metrics` serves them), so this measures what a running server reports.
 The baseline is the calibration of the same process: `ratios` are engine over calibration, so
 a ratio above 1 is a cost the calibration does not see (or a slower spell of the machine).
 
@@ -18,11 +20,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
-import time
-from collections import defaultdict
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import torch
 
@@ -30,42 +28,36 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.common import RESULTS, emit_result  # noqa: E402
 from benchmarks.engine import SATURATED_FPS, calibrate_once, drive  # noqa: E402
+from streamer import metrics  # noqa: E402
 from streamer.argtypes import positive_int  # noqa: E402
 from streamer.engine import Engine, EngineConfig  # noqa: E402
 from streamer.engine_factory import build_model  # noqa: E402
 
+SERIES = {"denoise_batches": ("streamer_step_seconds", {"kind": "denoise"}),
+          "commit_batches": ("streamer_step_seconds", {"kind": "commit"}),
+          "schedule": ("streamer_scheduler_seconds", {"phase": "schedule"}),
+          "update": ("streamer_scheduler_seconds", {"phase": "update"})}
 
-def timed(fn: Callable[..., Any], total: dict[str, float], key: str) -> Callable[..., Any]:
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        start = time.perf_counter()
-        try:
-            return fn(*args, **kwargs)
-        finally:
-            total[key] += time.perf_counter() - start
-    return wrapper
+
+def engine_totals() -> dict[str, tuple[float, float]]:
+    """(seconds, calls) so far of each series the engine records in its Prometheus metrics."""
+    get = metrics.REGISTRY.get_sample_value
+    return {key: (get(f"{name}_sum", labels) or 0.0, get(f"{name}_count", labels) or 0.0)
+            for key, (name, labels) in SERIES.items()}
 
 
 async def one_stream(model, calibration: dict, seconds: float) -> dict:
     cfg = EngineConfig(max_sessions=1, fps=SATURATED_FPS, utilisation_bound=1e9, degrade=False)
     engine = Engine(model, cfg, calibration=calibration)
-    sched = engine.scheduler
-    spent: dict[str, float] = defaultdict(float)
-    calls: dict[str, int] = defaultdict(int)
-    observe = sched.cost.observe
-
-    def batch_seen(kind: str, batch: int, secs: float, *args: Any, **kwargs: Any) -> Any:
-        spent[f"{kind}_batches"] += secs
-        calls[kind] += 1
-        return observe(kind, batch, secs, *args, **kwargs)
-
-    sched.cost.observe = batch_seen  # type: ignore[method-assign]
-    sched.schedule = timed(sched.schedule, spent, "schedule")  # type: ignore[method-assign]
-    sched.update = timed(sched.update, spent, "update")  # type: ignore[method-assign]
+    before = engine_totals()
     d = await drive(engine, 1, seconds, 0.0)
+    after = engine_totals()
+    spent = {k: after[k][0] - before[k][0] for k in SERIES}
+    calls = {k: after[f"{k}_batches"][1] - before[f"{k}_batches"][1] for k in ("denoise", "commit")}
     chunks = max(calls["commit"], 1)
-    return {"chunks": calls["commit"], "fps": d["fps"], "wall_per_chunk_ms": d["wall"] / chunks * 1e3,
+    return {"chunks": int(calls["commit"]), "fps": d["fps"], "wall_per_chunk_ms": d["wall"] / chunks * 1e3,
             "per_chunk_ms": {k: v / chunks * 1e3 for k, v in spent.items()},
-            "per_call_ms": {k: spent[f"{k}_batches"] / n * 1e3 for k, n in calls.items()}}
+            "per_call_ms": {k: spent[f"{k}_batches"] / n * 1e3 for k, n in calls.items() if n}}
 
 
 def main(argv: list[str] | None = None) -> int:

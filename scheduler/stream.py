@@ -168,6 +168,7 @@ class StreamState:
             missed=missed,
             queue_delay_s=max(started - self.ready_since, 0.0),
             compute_s=self.compute_s,
+            epoch=epoch,
         )
         if epoch:
             self.anchor_time = now

@@ -106,8 +106,8 @@ class ChunkDone:
 
     The first chunk after a start or a resume is due "as soon as possible": its `deadline` is the
     arrival (resume) time and it is never counted as `missed`; time to first chunk measures it.
-    `queue_delay_s` is how long the chunk waited after it became ready before its first step ran;
-    `compute_s` sums the elapsed seconds of the batches it took part in.
+    `epoch` marks such a chunk. `queue_delay_s` is how long the chunk waited after it became ready
+    before its first step ran; `compute_s` sums the elapsed seconds of the batches it took part in.
     """
 
     session_id: str
@@ -117,6 +117,7 @@ class ChunkDone:
     missed: bool
     queue_delay_s: float
     compute_s: float
+    epoch: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -272,7 +272,9 @@ class Engine:
         while self._running:
             self._drain_commands(0)
             now = self.clock()
+            planning = time.perf_counter()
             plan = self.scheduler.schedule(now)
+            metrics.SCHEDULER_SECONDS.labels("schedule").observe(time.perf_counter() - planning)
             if plan is None:
                 nxt = self.scheduler.next_release(now)
                 self._drain_commands(0.05 if nxt is None else min(max(nxt - now, 0.0), 0.05))
@@ -304,12 +306,14 @@ class Engine:
         # the rest to whichever batch came next.
         synchronize(self.model.device)
         elapsed = self.clock() - started
+        booking = time.perf_counter()
         done = self.scheduler.update(plan, StepResult(elapsed, failed), self.clock())
         self._refresh_fps()
+        metrics.SCHEDULER_SECONDS.labels("update").observe(time.perf_counter() - booking)
         for sid in failed:
             self._end(sid, "error")
-        metrics.BATCH_SIZE.observe(len(plan.items))
-        metrics.STEP_SECONDS.observe(elapsed)
+        metrics.BATCH_SIZE.labels(plan.kind).observe(len(plan.items))
+        metrics.STEP_SECONDS.labels(plan.kind).observe(elapsed)
         by_id = {d.session_id: d for d in done}
         for session, frames in finished:
             d = by_id.get(session.id)
@@ -318,6 +322,8 @@ class Engine:
                 metrics.DEADLINE_MISSES.inc(int(d.missed))
                 metrics.QUEUE_DELAY.observe(d.queue_delay_s)
                 metrics.CHUNK_LATENCY.observe(d.queue_delay_s + d.compute_s)
+                if not d.epoch:  # an epoch chunk is due at arrival: its "slack" is minus the TTFF
+                    metrics.CHUNK_SLACK.observe(d.deadline - d.finished_at)
             self._deliver(session, frames)
 
     def _deliver(self, session: Session, frames: Any) -> None:

@@ -1,8 +1,9 @@
 """Prometheus metrics of the server, in one module-level registry served at `/metrics`.
 
 Who updates what:
-- the engine (`streamer/engine.py`): `SESSIONS_ACTIVE`, `BATCH_SIZE`, `STEP_SECONDS`, `QUEUE_DELAY`,
-  `CHUNK_LATENCY`, `CHUNKS`, `DEADLINE_MISSES`;
+- the engine (`streamer/engine.py`): `SESSIONS_ACTIVE`, `BATCH_SIZE`, `STEP_SECONDS` (both by batch
+  kind: `denoise` or `commit`), `SCHEDULER_SECONDS` (its planning and bookkeeping between batches),
+  `QUEUE_DELAY`, `CHUNK_LATENCY`, `CHUNK_SLACK`, `CHUNKS`, `DEADLINE_MISSES`;
 - the transports (`streamer/transport/`): `SESSIONS_REFUSED` (every `Refused` reaches a transport),
   `FRAMES_SENT`, `FRAMES_DROPPED`, `CONTROL_ERRORS`, `CONNECTIONS`.
 The process collector adds `process_resident_memory_bytes` and `process_open_fds` (soak tests).
@@ -31,12 +32,24 @@ SESSIONS_ACTIVE = Gauge(
 )
 BATCH_SIZE = Histogram(
     "streamer_batch_size",
-    "Sessions in each model batch.",
+    "Sessions in each model batch, by batch kind (denoise, commit).",
+    ["kind"],
     buckets=(1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 64),
     registry=REGISTRY,
 )
 STEP_SECONDS = Histogram(
-    "streamer_step_seconds", "Wall time of one batched model step.", buckets=_SECONDS, registry=REGISTRY
+    "streamer_step_seconds",
+    "Wall time of one batched model step (what the cost model learns), by batch kind.",
+    ["kind"],
+    buckets=_SECONDS,
+    registry=REGISTRY,
+)
+SCHEDULER_SECONDS = Histogram(
+    "streamer_scheduler_seconds",
+    "The scheduler's own time per call on the model thread: planning a batch or booking its result.",
+    ["phase"],
+    buckets=(0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025),
+    registry=REGISTRY,
 )
 QUEUE_DELAY = Histogram(
     "streamer_queue_delay_seconds",
@@ -48,6 +61,12 @@ CHUNK_LATENCY = Histogram(
     "streamer_chunk_latency_seconds",
     "Time from a chunk job's creation to its decoded frames.",
     buckets=_SECONDS,
+    registry=REGISTRY,
+)
+CHUNK_SLACK = Histogram(
+    "streamer_chunk_slack_seconds",
+    "Playback deadline minus finish time of each chunk after a session's first (negative: late).",
+    buckets=(-1.0, -0.25, -0.1, -0.025, 0.0, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5),
     registry=REGISTRY,
 )
 CHUNKS = Counter("streamer_chunks", "Chunks finished (denominator of the miss rate).", registry=REGISTRY)
