@@ -22,6 +22,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.common import QUANT_PSNR, RESULTS, emit_result, psnr  # noqa: E402
+from streamer.hostinfo import host_info  # noqa: E402
 from streamer.models.embedded.model import EmbeddedModel  # noqa: E402
 from streamer.models.embedded.rollout import Script, rollout  # noqa: E402
 from streamer.models.embedded.scripts import story_scripts  # noqa: E402
@@ -70,7 +71,7 @@ def main() -> int:
                if k != "rounds_frames_per_s"}, file=sys.stderr)  # fmt: skip
     out = {"batches": rows, "chunks": args.chunks, "rounds": args.rounds, "threads": torch.get_num_threads(),
            "cpu_bf16_features": [k for k in NATIVE_BF16_CPU_FEATURES if torch.cpu.get_capabilities().get(k)],
-           "psnr_of_8bit_rounding_db": QUANT_PSNR}  # fmt: skip
+           "psnr_of_8bit_rounding_db": QUANT_PSNR, "host": host_info(torch.device("cpu"))}  # fmt: skip
     emit_result(out, args.out, args.json)
     return 0
 
