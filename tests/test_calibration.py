@@ -8,20 +8,16 @@ from streamer.calibration import calibrate
 from streamer.engine import Engine, EngineConfig
 from streamer.engine_factory import tiny_embedded
 from streamer.protocol import StartMessage
-from tests.engine_helpers import Collector
+from tests.engine_helpers import Collector, TinyWrapper
 
 
-class CountingModel:
+class CountingModel(TinyWrapper):
     """The tiny model, recording the batch size of every denoise call in order."""
 
     def __init__(self) -> None:
-        self.inner = tiny_embedded()
-        self.spec = self.inner.spec
+        super().__init__()
         self.denoised: list[int] = []
         self.times: set[float] = set()
-
-    def __getattr__(self, name: str):
-        return getattr(self.inner, name)
 
     def denoise(self, x, t, cond, cache):
         self.denoised.append(x.shape[0])
@@ -97,17 +93,13 @@ async def test_a_new_session_gets_the_rate_the_cost_model_has_learned_since(monk
         await engine.stop()
 
 
-class SlowModelClock:
+class SlowModelClock(TinyWrapper):
     """The tiny model on a fake clock where every model call takes 80 ms, and every read of the
     clock 5 ms (so that an idle engine's wait for the next chunk's release ends)."""
 
     def __init__(self) -> None:
-        self.inner = tiny_embedded()
-        self.spec = self.inner.spec
+        super().__init__()
         self.now = 0.0
-
-    def __getattr__(self, name: str):
-        return getattr(self.inner, name)
 
     def denoise(self, x, t, cond, cache):
         self.now += 0.080

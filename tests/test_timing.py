@@ -14,24 +14,19 @@ import torch
 
 from streamer import calibration
 from streamer.engine import Engine, EngineConfig
-from streamer.engine_factory import tiny_embedded
 from streamer.models.embedded import rollout as rollout_module
 from streamer.protocol import StartMessage
-from tests.engine_helpers import run_sessions
+from tests.engine_helpers import TinyWrapper, run_sessions
 
 
-class QueuedCommits:
+class QueuedCommits(TinyWrapper):
     """The tiny embedded model on a fake device where commits stay queued until `synchronize`."""
 
     def __init__(self) -> None:
-        self.inner = tiny_embedded()
-        self.spec = self.inner.spec
+        super().__init__()
         self.queued = False
         self.commits = 0
         self.early_reads = 0  # clock reads while a commit's work was queued
-
-    def __getattr__(self, name: str):
-        return getattr(self.inner, name)
 
     def denoise(self, x, t, cond, cache):
         self.queued = False
