@@ -27,7 +27,7 @@ def counts() -> dict[str, float]:
 
 async def test_batches_are_counted_by_kind_and_slack_skips_each_sessions_first_chunk() -> None:
     before = counts()
-    engine = Engine(tiny_embedded(), EngineConfig(max_sessions=2, calibrate=False, fps=8.0))
+    engine = Engine(tiny_embedded(), EngineConfig(max_sessions=2, calibrate=False, fps=8.0, utilisation_bound=1e9))
     await run_sessions(engine, [StartMessage(prompt="a red ball", seed=s) for s in (1, 2)], 3)
     d = {k: v - before[k] for k, v in counts().items()}
     assert d["chunks"] >= 6
