@@ -24,6 +24,8 @@ def test_quick_eval_prints_contract_json(capsys):
     assert res["device"] == "cpu"
     assert 0.0 <= res["prompt_adherence"] <= 1.0 and 0.0 <= res["motion_accuracy"] <= 1.0
     assert res["fps_single"] > 0
+    # The autoencoder's own round trip of rendered clips: the ceiling of the story figures.
+    assert 0.0 <= res["autoencoder_adherence"] <= 1.0 and res["autoencoder_psnr_db"] > 20
     # ...measured on this host, named with its matmul peak (streamer/hostinfo.py)
     assert res["host"]["cpu"] and res["host"]["threads"] == 1 and res["host"]["matmul_peak_gflops"] > 0
 

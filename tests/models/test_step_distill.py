@@ -63,6 +63,9 @@ def test_student_moves_towards_the_two_step_teacher():
 def test_distill_steps_command_starts_from_init_and_keeps_it_unguided(tmp_path):
     teacher = guided_teacher(tmp_path)
     init = tiny_model()
+    with torch.no_grad():  # an init from an older autoencoder: the student must take the teacher's
+        for p in init.ae.parameters():
+            p.add_(0.1)
     init.save(tmp_path / "init")
     main(["--distill-steps", str(teacher), "--init", str(tmp_path / "init"), "--run-dir", str(tmp_path / "run"),
           "--export", str(tmp_path / "out"), "--dit-steps", "2", "--batch", "2", "--threads", "1",
@@ -75,6 +78,8 @@ def test_distill_steps_command_starts_from_init_and_keeps_it_unguided(tmp_path):
     before = EmbeddedModel.load(tmp_path / "init").dit.state_dict()  # as saved (fp16)
     after = student.dit.state_dict()
     assert any(not torch.equal(before[k], after[k]) for k in before)
+    want = EmbeddedModel.load(teacher).ae.state_dict()
+    assert all(torch.equal(want[k], v) for k, v in student.ae.state_dict().items())
 
 
 def test_distill_steps_refuses_an_init_of_another_shape(tmp_path):

@@ -80,3 +80,45 @@ def test_decoder_finetune_keeps_the_encoder_and_saves_back(tmp_path):
     assert all(torch.equal(dit0[k], dit1[k]) for k in dit0)
     assert json.loads((tmp_path / "export" / "ae_eval.json").read_text())["psnr_db"] > 0
     assert torch.load(tmp_path / "run" / "decoder.pt", weights_only=False)["step"] == 3
+
+
+def test_decoder_grows_from_the_old_one(tmp_path):
+    """--dec-* flags rebuild the decoder: its config is saved, shared layers start from the old
+    weights, the encoder and DiT stay exactly as they were."""
+    from streamer.models.embedded.model import EmbeddedModel
+    from streamer.models.embedded.train import grown_decoder
+
+    model = tiny_embedded()
+    grown = grown_decoder(model, {"dec_mid_blocks": 1, "dec_fine_channels": 8})
+    old, new = model.ae.decoder.state_dict(), grown.ae.decoder.state_dict()
+    shared = [k for k in new if k in old and old[k].shape == new[k].shape]
+    assert shared and len(shared) < len(new)  # some layers carried over, the added ones are new
+    assert all(torch.equal(old[k], new[k]) for k in shared)
+    z = torch.randn(2, model.cfg.autoencoder.latent_channels, 4, 4)
+    assert grown.ae.decoder(z).shape == model.ae.decoder(z).shape
+
+    model.save(tmp_path / "export")
+    main(["--run-dir", str(tmp_path / "run"), "--export", str(tmp_path / "export"), "--threads", "1",
+          "--ckpt-minutes", "0", "--decoder-steps", "2", "--dec-mid-blocks", "1", "--dec-fine-channels", "8"])
+    after = EmbeddedModel.load(tmp_path / "export")
+    assert after.cfg.autoencoder.dec_mid_blocks == 1 and after.cfg.autoencoder.dec_fine_channels == 8
+    enc0, enc1 = model.ae.encoder.state_dict(), after.ae.encoder.state_dict()
+    assert all(torch.equal(enc0[k].half(), enc1[k].half()) for k in enc0)  # shipped in fp16
+
+
+def test_autoencoder_finetune_moves_the_encoder_and_keeps_the_dit(tmp_path):
+    from streamer.models.embedded.model import EmbeddedModel
+
+    model = tiny_embedded()
+    model.save(tmp_path / "export")
+    before = EmbeddedModel.load(tmp_path / "export")
+    main(["--run-dir", str(tmp_path / "run"), "--export", str(tmp_path / "export"), "--threads", "1",
+          "--ckpt-minutes", "0", "--autoencoder-steps", "2"])
+    after = EmbeddedModel.load(tmp_path / "export")
+    enc0, enc1 = before.ae.encoder.state_dict(), after.ae.encoder.state_dict()
+    assert any(not torch.equal(enc0[k], enc1[k]) for k in enc0)
+    dit0, dit1 = before.dit.state_dict(), after.dit.state_dict()
+    assert all(torch.equal(dit0[k], dit1[k]) for k in dit0)
+    assert torch.load(tmp_path / "run" / "autoencoder.pt", weights_only=False)["step"] == 2
+    with pytest.raises(SystemExit):
+        main(["--export", str(tmp_path / "export"), "--decoder-steps", "1", "--autoencoder-steps", "1"])

@@ -25,6 +25,11 @@ class AutoencoderConfig:
     enc_channels: int = 128
     dec_channels: int = 96
     dec_mid_channels: int = 48
+    # Decoder depth (docs/model.md, Autoencoder): residual blocks at the latent grid and at twice
+    # it, and the channels of an optional stage at four times it (0: none; pixel shuffle by f/2).
+    dec_blocks: int = 1
+    dec_mid_blocks: int = 0
+    dec_fine_channels: int = 0
 
 
 @dataclass(frozen=True)

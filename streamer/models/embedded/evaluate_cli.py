@@ -3,7 +3,8 @@
 Prints a table, and with `--json` a last line that dashboards read:
 `prompt_adherence`, `motion_accuracy`, `action_response_frames` (p90), `avatar_mouth_corr`,
 `redirect_chunks` (p90), `drift_points` (null in --quick), `fps_single`, `frame_size`.
-`--quick` runs in under a minute; the full run adds the 2100-frame drift rollout and the
+`autoencoder_*` score rendered clips through the autoencoder alone: the ceiling of the story
+figures. `--quick` runs in under a minute; the full run adds the 2100-frame drift rollout and the
 per-step time of batches of 1..16 streams.
 """
 
@@ -103,6 +104,28 @@ def eval_redirect(model: EmbeddedModel, rng: np.random.Generator, n: int, chunks
             "redirect_within_2": float(np.mean([w <= 2 for w in waits]))}
 
 
+def eval_autoencoder(model: EmbeddedModel, rng: np.random.Generator, n: int, frames: int = 24) -> dict[str, float]:
+    """Rendered story clips through the autoencoder alone, scored as the rollouts are.
+
+    No rollout can beat what its decoder draws from exact latents, so this is the ceiling of
+    the story figures above; with PSNR against the rendered frames.
+    """
+    from .world import sample_clip  # the renderer: ground truth, not needed to score rollouts
+
+    scores, mse = [], []
+    for _ in range(n):
+        clip = sample_clip(rng, frames, frames, size=model.spec.height, kind="story", switch_prob=0.0)
+        real = torch.from_numpy(clip.frames)
+        out = model.decode(model.encode_frames(real)[None])[0].cpu()
+        scores.append(ev.score_story(out.numpy(), clip.specs[0]))
+        mse.append(float((out.float() - real.float()).pow(2).mean()))
+    return {
+        "autoencoder_adherence": float(np.mean([s["adherence"] for s in scores])),
+        "autoencoder_shape_and_colour": float(np.mean([s["shape_and_colour"] for s in scores])),
+        "autoencoder_psnr_db": float(10 * np.log10(255.0**2 / max(float(np.mean(mse)), 1e-12))),
+    }
+
+
 def eval_drift(model: EmbeddedModel, rng: np.random.Generator, steps: int | None, sampler: str,
                n: int = 2, frames: int = 2100) -> float:
     """Adherence over frames 2000-2100 minus over 0-100, in points (negative = got worse)."""
@@ -180,6 +203,7 @@ def main(argv: list[str] | None = None) -> int:
     res.update(eval_avatar(model, rng, max(2, n // 2), chunks, args.steps, args.sampler))
     res.update(eval_redirect(model, rng, n, chunks, args.steps, args.sampler))
     res["drift_points"] = None if args.quick else eval_drift(model, rng, args.steps, args.sampler)
+    res.update(eval_autoencoder(model, rng, n))  # after the rollouts, whose clips it leaves as they were
     sp = speed(model, args.steps, args.sampler, (1,) if args.quick else (1, 2, 4, 8, 16))
     res["fps_single"] = sp[1]["frames_per_s"]
     if not args.quick:

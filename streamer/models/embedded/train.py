@@ -119,15 +119,38 @@ def fit_autoencoder(ae: Autoencoder, ckpt_path: Path, steps: int, seed: int, min
     return ae.eval()
 
 
-def finetune_decoder(export: Path, run: Path, steps: int, seed: int, minutes_per_ckpt: float) -> None:
-    """Fine-tune the decoder of the model in `export` (encoder frozen) and save the model back."""
+def finetune_autoencoder(export: Path, run: Path, steps: int, seed: int, minutes_per_ckpt: float, lr: float,
+                         arch: dict[str, int] | None = None, decoder_only: bool = True) -> None:
+    """Fine-tune the autoencoder of the model in `export` and save the model back.
+
+    `decoder_only` freezes the encoder, so the DiT's latent space stays exactly as it was.
+    Otherwise the encoder trains too and the latents move: the DiT in `export` then no longer
+    matches them and must be trained on the new ones (docs/model.md, Autoencoder).
+    `arch` (AutoencoderConfig decoder fields) grows the decoder first: the new one starts from
+    every old weight whose name and shape it shares, so only the added layers start from scratch.
+    """
     model = EmbeddedModel.load(export)
-    before, z_std = evaluate_autoencoder(model.ae, model.cfg.autoencoder.image_size)
-    fit_autoencoder(model.ae, run / "decoder.pt", steps, seed + 2, minutes_per_ckpt, 3e-4, decoder_only=True)
-    after, _ = evaluate_autoencoder(model.ae, model.cfg.autoencoder.image_size)
-    print(f"decoder fine-tune: held-out PSNR {before:.2f} -> {after:.2f} dB", flush=True)
+    before, _ = evaluate_autoencoder(model.ae, model.cfg.autoencoder.image_size)
+    if arch:
+        model = grown_decoder(model, arch)
+    ckpt = run / ("decoder.pt" if decoder_only else "autoencoder.pt")
+    fit_autoencoder(model.ae, ckpt, steps, seed + 2, minutes_per_ckpt, lr, decoder_only=decoder_only)
+    after, z_std = evaluate_autoencoder(model.ae, model.cfg.autoencoder.image_size)
+    what = "decoder" if decoder_only else "autoencoder (encoder too: train the DiT on the new latents next)"
+    print(f"{what} fine-tune: held-out PSNR {before:.2f} -> {after:.2f} dB", flush=True)
     model.save(export)
     (export / "ae_eval.json").write_text(json.dumps({"psnr_db": after, "latent_std": z_std}) + "\n")
+
+
+def grown_decoder(model: EmbeddedModel, arch: dict[str, int]) -> EmbeddedModel:
+    """`model` with a decoder of the config fields `arch`, warm-started from the old decoder."""
+    ae_cfg = dataclasses.replace(model.cfg.autoencoder, **arch)
+    ae = Autoencoder(ae_cfg)
+    ae.encoder.load_state_dict(model.ae.encoder.state_dict())
+    old, new = model.ae.decoder.state_dict(), ae.decoder.state_dict()
+    new.update({k: v for k, v in old.items() if k in new and new[k].shape == v.shape})
+    ae.decoder.load_state_dict(new)
+    return EmbeddedModel(dataclasses.replace(model.cfg, autoencoder=ae_cfg), ae=ae, dit=model.dit)
 
 
 @torch.no_grad()
@@ -322,7 +345,9 @@ def distill_steps(args: argparse.Namespace) -> None:
     scale = teacher.cfg.guidance_scale
     if scale != 1.0:  # a guided teacher's student runs unguided: the guidance is in its targets
         cfg = dataclasses.replace(cfg, guidance_scale=1.0, distilled_guidance_scale=scale)
-    model = EmbeddedModel(cfg, ae=init.ae, dit=copy.deepcopy(init.dit).requires_grad_(True))
+    # The teacher's autoencoder: its targets live in its latent space. A student from weights whose
+    # encoder was older (docs/model.md, "A sharper latent space") learns the new latents here.
+    model = EmbeddedModel(cfg, ae=teacher.ae, dit=copy.deepcopy(init.dit).requires_grad_(True))
     grids = halving_grids(model.spec.schedule(steps), teacher.spec.schedule(2 * steps))
     train_dit(model, args.run_dir, args.dit_steps, args.batch, args.seed, args.ckpt_minutes, args.export, args.lr,
               args.cooldown_steps, lambda net, data: step_distill_loss(net, teacher.dit, data, cfg, scale, grids),
@@ -346,7 +371,14 @@ def main(argv: list[str] | None = None) -> None:
                     help="the learning rate falls linearly to zero over the last N of --dit-steps")
     ap.add_argument("--decoder-steps", type=int, default=0,
                     help="instead of training: fine-tune the decoder of the model in --export for N steps "
-                         "(encoder frozen, so the DiT needs no retraining) and save it back")
+                         "(encoder frozen, so the DiT needs no retraining) and save it back, at --lr (cosine)")
+    ap.add_argument("--autoencoder-steps", type=int, default=0,
+                    help="instead of training: fine-tune the whole autoencoder of the model in --export for N steps "
+                         "(the latents move: train its DiT on them next) and save it back, at --lr (cosine)")
+    for name, what in (("blocks", "residual blocks at the latent grid"), ("mid-blocks", "residual blocks at twice it"),
+                       ("fine-channels", "channels of a stage at four times it (0: none)")):
+        ap.add_argument(f"--dec-{name}", type=int, default=None,
+                        help=f"with --decoder-steps or --autoencoder-steps: grow the decoder to this many {what}")
     ap.add_argument("--distill-guidance", type=Path, default=None, metavar="TEACHER",
                     help="instead of training: distil the guided model in TEACHER (its guidance_scale) "
                          "into one that needs one pass a step, for --dit-steps steps, exported to --export")
@@ -359,11 +391,16 @@ def main(argv: list[str] | None = None) -> None:
                     help="with --distill-steps: the student's default step count (default: the --init weights'); "
                          "the teacher runs twice as many")
     args = ap.parse_args(argv)
+    if args.decoder_steps and args.autoencoder_steps:
+        ap.error("--decoder-steps and --autoencoder-steps are two different fine-tunes: give one")
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
     args.run_dir.mkdir(parents=True, exist_ok=True)
-    if args.decoder_steps:
-        finetune_decoder(args.export, args.run_dir, args.decoder_steps, args.seed, args.ckpt_minutes)
+    if args.decoder_steps or args.autoencoder_steps:
+        arch = {k: v for k, v in (("dec_blocks", args.dec_blocks), ("dec_mid_blocks", args.dec_mid_blocks),
+                                  ("dec_fine_channels", args.dec_fine_channels)) if v is not None}
+        finetune_autoencoder(args.export, args.run_dir, args.decoder_steps or args.autoencoder_steps, args.seed,
+                             args.ckpt_minutes, args.lr, arch, decoder_only=bool(args.decoder_steps))
         return
     if args.distill_guidance is not None:
         distill_guidance(args)
