@@ -2,9 +2,9 @@
 
 The decoder runs for every streamed frame, so it is built for a CPU: convolutions at the
 latent grid, at twice it and (optionally, `dec_fine_channels`) at four times it, and pixel
-shuffles for the rest (0.26 GFLOP a frame in the first config, 0.4 in the one shipped since
-session 11). The encoder only runs in training, and is kept cheap too because training encodes
-clips on the fly.
+shuffles for the rest (0.26 GFLOP a frame in the default config, the shipped one; 0.39 with
+the deeper stages measured in docs/model.md). The encoder only runs in training, and is kept
+cheap too because training encodes clips on the fly.
 """
 
 from __future__ import annotations
