@@ -62,16 +62,21 @@ def test_cooldown_brings_the_learning_rate_down_to_the_last_step(tmp_path):
     assert opt["param_groups"][0]["lr"] == pytest.approx(1e-3 * (4 / 200) * (1 / 4))
 
 
-def test_decoder_finetune_keeps_the_encoder_and_saves_back(tmp_path):
-    """The DiT's latent space must not move: only decoder weights change, in the exported model."""
+def finetuned(tmp_path, *flags):
+    """The tiny model saved to an export folder, as loaded before and after `main(flags)` on it."""
     from streamer.models.embedded.model import EmbeddedModel
 
-    model = tiny_embedded()
-    model.save(tmp_path / "export")
+    tiny_embedded().save(tmp_path / "export")
     before = EmbeddedModel.load(tmp_path / "export")
     main(["--run-dir", str(tmp_path / "run"), "--export", str(tmp_path / "export"), "--threads", "1",
-          "--ckpt-minutes", "0", "--decoder-steps", "3"])
-    after = EmbeddedModel.load(tmp_path / "export")
+          "--ckpt-minutes", "0", *flags])
+    return before, EmbeddedModel.load(tmp_path / "export")
+
+
+def test_decoder_finetune_keeps_the_encoder_and_saves_back(tmp_path):
+    """The DiT's latent space must not move: only decoder weights change, in the exported model."""
+
+    before, after = finetuned(tmp_path, "--decoder-steps", "3")
     enc0, enc1 = before.ae.encoder.state_dict(), after.ae.encoder.state_dict()
     assert all(torch.equal(enc0[k], enc1[k]) for k in enc0)
     dec0, dec1 = before.ae.decoder.state_dict(), after.ae.decoder.state_dict()
@@ -85,7 +90,6 @@ def test_decoder_finetune_keeps_the_encoder_and_saves_back(tmp_path):
 def test_decoder_grows_from_the_old_one(tmp_path):
     """--dec-* flags rebuild the decoder: its config is saved, shared layers start from the old
     weights, the encoder and DiT stay exactly as they were."""
-    from streamer.models.embedded.model import EmbeddedModel
     from streamer.models.embedded.train import grown_decoder
 
     model = tiny_embedded()
@@ -97,24 +101,15 @@ def test_decoder_grows_from_the_old_one(tmp_path):
     z = torch.randn(2, model.cfg.autoencoder.latent_channels, 4, 4)
     assert grown.ae.decoder(z).shape == model.ae.decoder(z).shape
 
-    model.save(tmp_path / "export")
-    main(["--run-dir", str(tmp_path / "run"), "--export", str(tmp_path / "export"), "--threads", "1",
-          "--ckpt-minutes", "0", "--decoder-steps", "2", "--dec-mid-blocks", "1", "--dec-fine-channels", "8"])
-    after = EmbeddedModel.load(tmp_path / "export")
+    before, after = finetuned(tmp_path, "--decoder-steps", "2", "--dec-mid-blocks", "1", "--dec-fine-channels", "8")
     assert after.cfg.autoencoder.dec_mid_blocks == 1 and after.cfg.autoencoder.dec_fine_channels == 8
-    enc0, enc1 = model.ae.encoder.state_dict(), after.ae.encoder.state_dict()
-    assert all(torch.equal(enc0[k].half(), enc1[k].half()) for k in enc0)  # shipped in fp16
+    enc0, enc1 = before.ae.encoder.state_dict(), after.ae.encoder.state_dict()
+    assert all(torch.equal(enc0[k], enc1[k]) for k in enc0)
 
 
 def test_autoencoder_finetune_moves_the_encoder_and_keeps_the_dit(tmp_path):
-    from streamer.models.embedded.model import EmbeddedModel
 
-    model = tiny_embedded()
-    model.save(tmp_path / "export")
-    before = EmbeddedModel.load(tmp_path / "export")
-    main(["--run-dir", str(tmp_path / "run"), "--export", str(tmp_path / "export"), "--threads", "1",
-          "--ckpt-minutes", "0", "--autoencoder-steps", "2"])
-    after = EmbeddedModel.load(tmp_path / "export")
+    before, after = finetuned(tmp_path, "--autoencoder-steps", "2")
     enc0, enc1 = before.ae.encoder.state_dict(), after.ae.encoder.state_dict()
     assert any(not torch.equal(enc0[k], enc1[k]) for k in enc0)
     dit0, dit1 = before.dit.state_dict(), after.dit.state_dict()

@@ -44,28 +44,23 @@ class Encoder(nn.Module):
         return self.net(img)
 
 
+def _upsampled(c_in: int, c_out: int) -> list[nn.Module]:
+    """Layers from c_in channels to c_out at twice the resolution (a list: the state-dict keys
+    stay those of one flat Sequential)."""
+    return [nn.SiLU(), nn.Conv2d(c_in, c_out * 4, 3, padding=1), nn.PixelShuffle(2), nn.SiLU(),
+            nn.Conv2d(c_out, c_out, 3, padding=1)]
+
+
 class Decoder(nn.Module):
     def __init__(self, cfg: AutoencoderConfig):
         super().__init__()
         ch, mid, fine, f = cfg.dec_channels, cfg.dec_mid_channels, cfg.dec_fine_channels, cfg.downsample
         layers: list[nn.Module] = [nn.Conv2d(cfg.latent_channels, ch, 3, padding=1), nn.SiLU()]
         layers += [ResBlock(ch) for _ in range(cfg.dec_blocks)]
-        layers += [
-            nn.SiLU(),
-            nn.Conv2d(ch, mid * 4, 3, padding=1),
-            nn.PixelShuffle(2),  # (mid, 2h, 2w)
-            nn.SiLU(),
-            nn.Conv2d(mid, mid, 3, padding=1),
-        ]
+        layers += _upsampled(ch, mid)  # (mid, 2h, 2w)
         layers += [ResBlock(mid) for _ in range(cfg.dec_mid_blocks)]
         if fine:  # a stage at 4h x 4w draws edges inside a latent cell's 8x8 pixels
-            layers += [
-                nn.SiLU(),
-                nn.Conv2d(mid, fine * 4, 3, padding=1),
-                nn.PixelShuffle(2),  # (fine, 4h, 4w)
-                nn.SiLU(),
-                nn.Conv2d(fine, fine, 3, padding=1),
-            ]
+            layers += _upsampled(mid, fine)  # (fine, 4h, 4w)
         last, up = (fine, f // 4) if fine else (mid, f // 2)
         layers += [nn.SiLU(), nn.Conv2d(last, 3 * up**2, 3, padding=1), nn.PixelShuffle(up)]  # (3, H, W)
         # Layer indices (the state-dict keys) of the default config are those of the first weights.
