@@ -13,7 +13,7 @@ Two stages, each resumable from `--run-dir` (checkpoints every few minutes):
 Two optional stages distil (distill.py): `--distill-guidance TEACHER` turns a guided model into
 one that needs one pass a step, and `--distill-steps TEACHER` makes a model's every step do what
 two of the teacher's do. The shipped weights went through both (docs/model.md, Guidance
-distillation and Step distillation).
+distillation and Step distillation); recipe.py runs all the stages in order in one command.
 
 The EMA weights are exported to `streamer/models/embedded/weights/` (or `--export`) at every
 checkpoint, so the shipped model is always the latest one, and a sample sheet of them is written
@@ -287,7 +287,8 @@ def train_dit(model: EmbeddedModel, run: Path, steps: int, batch: int, seed: int
             torch.save({"dit": dit.state_dict(), "ema": ema.state_dict(), "opt": opt.state_dict(),
                         "step": step, "rng": rng}, ckpt_path)
             with log_path.open("a") as fh:
-                fh.write(json.dumps({"step": step, "loss": float(np.mean(losses[-100:])),
+                fh.write(json.dumps({"stage": (record or {}).get("stage", "flow-matching"), "step": step,
+                                     "loss": float(np.mean(losses[-100:])),
                                      "minutes": (time.monotonic() - t_start) / 60}) + "\n")
             shipped = export_weights(model, ema, export, {"step": step, **(record or {})})
             (run / "samples").mkdir(exist_ok=True)

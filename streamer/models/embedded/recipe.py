@@ -1,0 +1,116 @@
+"""The shipped weights' recipe in one command: `python -m streamer.models.embedded.recipe`.
+
+The shipped weights were made in pieces over many work sessions, by the stages of train.py
+(docs/model.md tells that history). This runs the same stages in order, from a seed, with the
+history folded into one pass:
+
+1. teacher: the autoencoder (encoder and decoder together), then the DiT with flow matching,
+   guided at `guidance_scale` 2 (what `checkpoints/teacher/` holds);
+2. guidance: guidance distillation from it (one pass a step gives the guided picture);
+3. steps: step distillation from it, starting from stage 2's student (its 4 steps land where the
+   guided teacher's 8 land).
+
+Every stage is train.py's own resumable run in `<run-dir>/<stage>`, so the recipe is too: run
+the same command again after an interruption (or in the next work session) and it goes on where
+it stopped; finished stages are passed over in seconds. The student and the merged training log
+are then written to `--export`.
+
+It makes weights of the shipped kind, not the shipped bits: those went through code that changed
+between their pieces (docs/model.md, "Reproducing the shipped weights").
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+from pathlib import Path
+
+from ...argtypes import positive_int
+from . import train
+from .config import EmbeddedConfig
+from .model import WEIGHTS_DIR
+
+# (stage, train.py flags, step count): the shipped weights' figures. `{run}` is the run folder.
+STAGES: tuple[tuple[str, tuple[str, ...], int], ...] = (
+    ("teacher", ("--config", "{run}/teacher.json", "--ae-steps", "{ae_steps}", "--cooldown-steps", "{cool_teacher}",
+                 "--lr", "3e-4"), 25800),
+    ("guidance", ("--distill-guidance", "{run}/teacher/export", "--cooldown-steps", "{cool_distill}",
+                  "--lr", "1.5e-4"), 3000),
+    ("steps", ("--distill-steps", "{run}/teacher/export", "--init", "{run}/guidance/export",
+               "--cooldown-steps", "{cool_distill}", "--lr", "1e-4"), 2800),
+)
+AE_STEPS = 7500  # 1,500 steps first, then 6,000 of fine-tuning, made the shipped autoencoder
+COOLDOWN_TEACHER, COOLDOWN_DISTILL = 1200, 600
+TEACHER_GUIDANCE = 2.0
+
+
+def scaled(n: int, scale: float) -> int:
+    return max(1, round(n * scale))
+
+
+def stage_argv(name: str, flags: tuple[str, ...], steps: int, args: argparse.Namespace) -> list[str]:
+    s = args.steps_scale
+    fill = {"run": str(args.run_dir), "ae_steps": str(scaled(AE_STEPS, s)),
+            "cool_teacher": str(min(scaled(COOLDOWN_TEACHER, s), scaled(steps, s))),
+            "cool_distill": str(min(scaled(COOLDOWN_DISTILL, s), scaled(steps, s)))}
+    stage_dir = args.run_dir / name
+    return [*(f.format(**fill) for f in flags), "--run-dir", str(stage_dir), "--export", str(stage_dir / "export"),
+            "--dit-steps", str(scaled(steps, s)), "--batch", str(args.batch), "--seed", str(args.seed),
+            "--threads", str(args.threads), "--ckpt-minutes", str(args.ckpt_minutes)]
+
+
+def teacher_config(args: argparse.Namespace) -> Path:
+    """The teacher's config: `--config` (default: the shipped architecture), guided at 2."""
+    cfg = EmbeddedConfig.load(args.config) if args.config is not None else EmbeddedConfig()
+    data = {**cfg.to_dict(), "guidance_scale": TEACHER_GUIDANCE, "guidance_min_t": 0.0,
+            "distilled_guidance_scale": 1.0, "latent_scale": 1.0}  # 1.0: measured from the new encoder
+    path = args.run_dir / "teacher.json"
+    EmbeddedConfig.from_dict(data, source=str(path)).save(path)
+    return path
+
+
+def merged_log(run_dir: Path) -> str:
+    """Every stage's training log, in order: the loss history the shipped folder carries."""
+    lines = []
+    for name, _, _ in STAGES:
+        log = run_dir / name / "dit_log.jsonl"
+        lines += log.read_text().splitlines() if log.exists() else []
+    return "".join(line + "\n" for line in lines)
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--run-dir", type=Path, default=Path("runs/recipe"))
+    ap.add_argument("--export", type=Path, default=WEIGHTS_DIR, help="where the finished student goes")
+    ap.add_argument("--config", type=Path, default=None, help="model config JSON (default: the shipped architecture)")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--batch", type=positive_int, default=8)
+    ap.add_argument("--threads", type=positive_int, default=2)
+    ap.add_argument("--ckpt-minutes", type=float, default=3.0)
+    ap.add_argument("--steps-scale", type=float, default=1.0,
+                    help="multiply every stage's step count (a smoke test of the whole chain: e.g. 0.001)")
+    args = ap.parse_args(argv)
+    if args.steps_scale <= 0:
+        ap.error("--steps-scale must be > 0")
+    args.run_dir.mkdir(parents=True, exist_ok=True)
+    if args.export.resolve() == args.run_dir.resolve():
+        ap.error("--export must differ from --run-dir")
+    teacher_config(args)
+    for i, (name, flags, steps) in enumerate(STAGES, 1):
+        print(f"recipe stage {i}/{len(STAGES)}: {name} ({scaled(steps, args.steps_scale)} steps) "
+              f"in {args.run_dir / name}", flush=True)
+        train.main(stage_argv(name, flags, steps, args))
+    student = args.run_dir / STAGES[-1][0] / "export"
+    args.export.mkdir(parents=True, exist_ok=True)
+    for f in ("embedded.json", "embedded.safetensors", "dit_step.json"):
+        shutil.copyfile(student / f, args.export / f)
+    shutil.copyfile(args.run_dir / "teacher" / "ae_eval.json", args.export / "ae_eval.json")
+    (args.export / "training_log.jsonl").write_text(merged_log(args.run_dir))
+    record = json.loads((student / "dit_step.json").read_text())
+    print(f"recipe done: {args.export} ({record['stage']} step {record['step']}, "
+          f"teacher step {record['teacher_step']})", flush=True)
+
+
+if __name__ == "__main__":
+    main()
