@@ -29,7 +29,7 @@ def test_recipe_runs_every_stage_into_one_student_and_resumes(tmp_path, capsys):
     assert [e["stage"] for e in log] == ["flow-matching", "guidance-distill", "step-distill"]
     assert [e["step"] for e in log] == [26, 3, 3]
     assert {"psnr_db", "latent_std"} <= set(json.loads((tmp_path / "weights" / "ae_eval.json").read_text()))
-    assert [name for name, _, _ in STAGES] == ["teacher", "guidance", "steps"]
+    assert [name for name, *_ in STAGES] == ["teacher", "guidance", "steps"]
 
     # Run again: every stage is finished, so nothing trains and the student is the same.
     before = (tmp_path / "weights" / "embedded.safetensors").read_bytes()

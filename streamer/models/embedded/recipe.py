@@ -31,17 +31,15 @@ from . import train
 from .config import EmbeddedConfig
 from .model import WEIGHTS_DIR
 
-# (stage, train.py flags, step count): the shipped weights' figures. `{run}` is the run folder.
-STAGES: tuple[tuple[str, tuple[str, ...], int], ...] = (
-    ("teacher", ("--config", "{run}/teacher.json", "--ae-steps", "{ae_steps}", "--cooldown-steps", "{cool_teacher}",
-                 "--lr", "3e-4"), 25800),
-    ("guidance", ("--distill-guidance", "{run}/teacher/export", "--cooldown-steps", "{cool_distill}",
-                  "--lr", "1.5e-4"), 3000),
-    ("steps", ("--distill-steps", "{run}/teacher/export", "--init", "{run}/guidance/export",
-               "--cooldown-steps", "{cool_distill}", "--lr", "1e-4"), 2800),
+# (stage, train.py flags, steps, cool-down steps): the shipped weights' figures. `{run}` is the
+# run folder, `{teacher_config}` the config teacher_config() writes there.
+STAGES: tuple[tuple[str, tuple[str, ...], int, int], ...] = (
+    ("teacher", ("--config", "{teacher_config}", "--ae-steps", "{ae_steps}", "--lr", "3e-4"), 25800, 1200),
+    ("guidance", ("--distill-guidance", "{run}/teacher/export", "--lr", "1.5e-4"), 3000, 600),
+    ("steps", ("--distill-steps", "{run}/teacher/export", "--init", "{run}/guidance/export", "--lr", "1e-4"),
+     2800, 600),
 )
 AE_STEPS = 7500  # 1,500 steps first, then 6,000 of fine-tuning, made the shipped autoencoder
-COOLDOWN_TEACHER, COOLDOWN_DISTILL = 1200, 600
 TEACHER_GUIDANCE = 2.0
 
 
@@ -49,15 +47,15 @@ def scaled(n: int, scale: float) -> int:
     return max(1, round(n * scale))
 
 
-def stage_argv(name: str, flags: tuple[str, ...], steps: int, args: argparse.Namespace) -> list[str]:
+def stage_argv(name: str, flags: tuple[str, ...], steps: int, cooldown: int, args: argparse.Namespace,
+               teacher_cfg: Path) -> list[str]:
     s = args.steps_scale
-    fill = {"run": str(args.run_dir), "ae_steps": str(scaled(AE_STEPS, s)),
-            "cool_teacher": str(min(scaled(COOLDOWN_TEACHER, s), scaled(steps, s))),
-            "cool_distill": str(min(scaled(COOLDOWN_DISTILL, s), scaled(steps, s)))}
+    fill = {"run": str(args.run_dir), "teacher_config": str(teacher_cfg), "ae_steps": str(scaled(AE_STEPS, s))}
     stage_dir = args.run_dir / name
     return [*(f.format(**fill) for f in flags), "--run-dir", str(stage_dir), "--export", str(stage_dir / "export"),
-            "--dit-steps", str(scaled(steps, s)), "--batch", str(args.batch), "--seed", str(args.seed),
-            "--threads", str(args.threads), "--ckpt-minutes", str(args.ckpt_minutes)]
+            "--dit-steps", str(scaled(steps, s)), "--cooldown-steps", str(min(scaled(cooldown, s), scaled(steps, s))),
+            "--batch", str(args.batch), "--seed", str(args.seed), "--threads", str(args.threads),
+            "--ckpt-minutes", str(args.ckpt_minutes)]
 
 
 def teacher_config(args: argparse.Namespace) -> Path:
@@ -72,11 +70,7 @@ def teacher_config(args: argparse.Namespace) -> Path:
 
 def merged_log(run_dir: Path) -> str:
     """Every stage's training log, in order: the loss history the shipped folder carries."""
-    lines = []
-    for name, _, _ in STAGES:
-        log = run_dir / name / "dit_log.jsonl"
-        lines += log.read_text().splitlines() if log.exists() else []
-    return "".join(line + "\n" for line in lines)
+    return "".join((run_dir / name / "dit_log.jsonl").read_text() for name, *_ in STAGES)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -96,11 +90,11 @@ def main(argv: list[str] | None = None) -> None:
     args.run_dir.mkdir(parents=True, exist_ok=True)
     if args.export.resolve() == args.run_dir.resolve():
         ap.error("--export must differ from --run-dir")
-    teacher_config(args)
-    for i, (name, flags, steps) in enumerate(STAGES, 1):
+    teacher_cfg = teacher_config(args)
+    for i, (name, flags, steps, cooldown) in enumerate(STAGES, 1):
         print(f"recipe stage {i}/{len(STAGES)}: {name} ({scaled(steps, args.steps_scale)} steps) "
               f"in {args.run_dir / name}", flush=True)
-        train.main(stage_argv(name, flags, steps, args))
+        train.main(stage_argv(name, flags, steps, cooldown, args, teacher_cfg))
     student = args.run_dir / STAGES[-1][0] / "export"
     args.export.mkdir(parents=True, exist_ok=True)
     for f in ("embedded.json", "embedded.safetensors", "dit_step.json"):
