@@ -21,6 +21,7 @@ admission let in.
     python benchmarks/engine.py --fps-for-sessions 8 --out benchmarks/results/engine_8sessions.json
     python benchmarks/engine.py --quick --precision bf16   # the embedded model in bf16 (docs/model.md)
     python benchmarks/engine.py --quick --step-reuse 0.4   # with a caching technique on (docs/caching.md)
+    python benchmarks/engine.py --quick --compile          # the blocks under torch.compile (docs/model.md)
 
 With `--step-reuse`/`--commit-reuse` every engine of the run has the technique on (the JSON's
 `caching`; each run's `caching_stats` has the step-reuse hit rate); compare with a run without.
@@ -42,7 +43,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from torch.utils.flop_counter import FlopCounterMode
+from torch.utils.flop_counter import FlopCounterMode, sdpa_flop_count
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -55,6 +56,7 @@ from streamer.engine_factory import build_model  # noqa: E402
 from streamer.events import Chunk, Refused  # noqa: E402
 from streamer.hostinfo import cpu_name, matmul_peak_gflops  # noqa: E402
 from streamer.models.base import Conditioning  # noqa: E402
+from streamer.models.compiled import check_compile_backend  # noqa: E402
 from streamer.models.device import resolve_device  # noqa: E402
 from streamer.models.embedded import vocab  # noqa: E402
 from streamer.models.precision import PRECISIONS  # noqa: E402
@@ -76,6 +78,18 @@ def reference_kernels() -> Iterator[None]:
             os.environ["STREAMER_KERNELS"] = old
 
 
+def _cpu_sdpa_flops(q_shape, k_shape, v_shape, *args, out_shape=None, **kwargs) -> int:
+    return sdpa_flop_count(q_shape, k_shape, v_shape)
+
+
+def flop_counter() -> FlopCounterMode:
+    """torch's FLOP counter, also counting the CPU's fused attention: torch 2.13 has no formula for
+    `_scaled_dot_product_flash_attention_for_cpu` and counts it as 0 FLOPs, which left every
+    CPU MFU before session 13 without its attention (about a quarter of the embedded model's FLOPs)."""
+    aten = torch.ops.aten
+    return FlopCounterMode(display=False, custom_mapping={aten._scaled_dot_product_flash_attention_for_cpu: _cpu_sdpa_flops})
+
+
 def flops_per_frame(model, steps: int) -> float:
     """Model FLOPs to make one frame: `steps` denoise passes, one commit, one decode (batch 1)."""
     spec = model.spec
@@ -87,7 +101,7 @@ def flops_per_frame(model, steps: int) -> float:
     x = torch.randn(1, *spec.latent_shape)
     for _ in range(spec.window_frames // f + 1):  # a full cache window, the steady state
         model.commit(x, cond, pool.batch([slot], commit=True))
-    with reference_kernels(), FlopCounterMode(display=False) as counter:
+    with reference_kernels(), flop_counter() as counter:
         for _ in range(steps):
             model.denoise(x, torch.tensor([0.5]), cond, pool.batch([slot]))
         model.commit(x, cond, pool.batch([slot], commit=True))
@@ -215,6 +229,8 @@ def main() -> int:
     ap.add_argument("--step-reuse", type=float, default=None, metavar="THRESHOLD",
                     help="step reuse on, at this threshold (docs/caching.md)")
     ap.add_argument("--commit-reuse", action="store_true", help="commit reuse on (docs/caching.md)")
+    ap.add_argument("--compile", action="store_true",
+                    help="torch.compile the embedded model's blocks (docs/model.md, Compiled blocks)")
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
     caching = {"step_reuse": args.step_reuse, "commit_reuse": args.commit_reuse}
@@ -223,7 +239,9 @@ def main() -> int:
         model = build_model(args.model, args.config, None, args.device, args.precision)
         model.configure_caching(**caching)  # a technique the model lacks fails here, not mid-run
         model.configure_caching(None, False)  # the calibration and FLOP count run the exact path
-    except ValueError as exc:  # DeviceError, PrecisionError, an unsupported technique
+        if args.compile:
+            check_compile_backend(device)
+    except ValueError as exc:  # DeviceError, PrecisionError, CompileError, an unsupported technique
         print(f"benchmarks/engine.py: {exc}", file=sys.stderr)
         return 2
     sessions = args.sessions or ([8] if args.quick else [1, 2, 4, 8, 16])
@@ -233,7 +251,9 @@ def main() -> int:
     dtype = model.compute_dtype
     peak_n = 8192 if device.type == "cuda" else 1024
     peak = matmul_peak_gflops(device, peak_n, dtype)
-    fpf = flops_per_frame(model, steps)
+    fpf = flops_per_frame(model, steps)  # eager: the counter cannot see into compiled C++ kernels
+    if args.compile:
+        model.compile()  # the calibration's warm-up rounds compile the graphs
     largest = max(*sessions, args.fps_for_sessions)
     calibration = calibrate_once(model, steps, largest)
     fps = args.fps or shared_fps(model, calibration, steps, args.fps_for_sessions, largest)
@@ -259,6 +279,7 @@ def main() -> int:
         "matmul_peak_n": peak_n,
         "model_gflops_per_frame": fpf / 1e9,
         "caching": caching,
+        "compiled": args.compile,
         "seconds_per_mode": seconds,
         "saturated_seconds_per_mode": saturated_s,
         "sessions_planned": sessions,
@@ -271,6 +292,7 @@ def main() -> int:
             r["saturated_fps"], r["saturated_caching_stats"] = asyncio.run(
                 saturated_fps(model, mode, n, saturated_s, calibration, caching))
             r["mfu"] = fpf * r["aggregate_fps"] / (peak * 1e9)
+            r["saturated_mfu"] = fpf * r["saturated_fps"] / (peak * 1e9)
             runs.append(r)
             print(f"{r['mode']:>8} n={n:>2} fps={fps:g} admitted={r['admitted']:>2} agg={r['aggregate_fps']:6.1f} "
                   f"fps miss={r['miss_rate']:.3f} ttff p50={r['ttff_p50_s']} mfu={r['mfu']:.2f} "

@@ -59,6 +59,9 @@ def _serve_args(p: argparse.ArgumentParser) -> None:
                    help="classifier-free guidance scale of the embedded model (default: its weights' "
                         "config; 1 is off; guided steps cost a second model pass; on guidance-distilled weights "
                         "it multiplies the distilled scale, docs/model.md)")  # fmt: skip
+    p.add_argument("--compile", action="store_true",
+                   help="torch.compile the embedded model's transformer blocks: faster batches, slower "
+                        "start (the calibration compiles them; needs a C++ compiler on the CPU; docs/model.md)")
     p.add_argument("--threads", type=positive_int, default=None,
                    help="torch threads for the model (default: torch's choice, one per core)")
 

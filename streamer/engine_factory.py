@@ -41,7 +41,7 @@ def tiny_embedded(seed: int = 0, device: str | torch.device | None = None, preci
 
 
 def build_model(name: str, config: str | None, weights: str | None, device: str | None = None,
-                precision: str | None = None, guidance: float | None = None):
+                precision: str | None = None, guidance: float | None = None, compile: bool = False):
     """The model `streamer serve --model NAME` serves, on `device`, computing in `precision`.
 
     `device` None is each model's own default: the CPU for the embedded model (it is built to run
@@ -49,7 +49,8 @@ def build_model(name: str, config: str | None, weights: str | None, device: str 
     and a precision it cannot compute in natively a PrecisionError (both ValueErrors), before any
     weight is read. `precision` None is fp32 for the embedded model; Wan computes in the dtype
     its loader picks (bf16 on a GPU, fp32 on the CPU) and takes no `precision`. `guidance`
-    overrides the embedded model's classifier-free guidance scale (None: its config's).
+    overrides the embedded model's classifier-free guidance scale (None: its config's). `compile`
+    switches torch.compile on for the embedded model's blocks (a CompileError where it cannot build).
     """
     if name == "embedded":
         precision = precision or "fp32"
@@ -60,11 +61,15 @@ def build_model(name: str, config: str | None, weights: str | None, device: str 
         else:
             model = EmbeddedModel.load(Path(weights) if weights else None, device=device, precision=precision)
         model.configure_guidance(guidance)
+        if compile:
+            model.compile()
         return model
     if name == "wan-causal":
         if precision is not None:
             raise ValueError("--precision is for the embedded model; wan-causal computes in the dtype its "
                              "loader picks (bf16 on a GPU, fp32 on the CPU; see docs/wan.md)")
+        if compile:
+            raise ValueError("--compile is for the embedded model; wan-causal runs eager (docs/wan.md)")
         if guidance is not None:
             raise ValueError("--guidance is for the embedded model; the distilled wan-causal checkpoints "
                              "sample without classifier-free guidance")
@@ -85,7 +90,7 @@ def build_model(name: str, config: str | None, weights: str | None, device: str 
 def build_engine(args: argparse.Namespace) -> Engine:
     model = build_model(args.model, getattr(args, "config", None), getattr(args, "weights", None),
                         getattr(args, "device", None), getattr(args, "precision", None),
-                        getattr(args, "guidance", None))
+                        getattr(args, "guidance", None), getattr(args, "compile", False))
     bound = getattr(args, "utilisation_bound", None)
     fps_sessions = getattr(args, "fps_for_sessions", 1)
     cfg = EngineConfig(

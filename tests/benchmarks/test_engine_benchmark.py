@@ -21,3 +21,17 @@ def test_device_cuda_without_cuda_exits_2_with_a_clear_message():
     assert "CUDA is not available" in proc.stderr and "--device cpu" in proc.stderr
     assert "Traceback" not in proc.stderr
     assert proc.stdout == ""  # no result line: nothing ran
+
+
+def test_flop_counter_counts_the_cpus_fused_attention():
+    """MFU's numerator: on the CPU, SDPA runs as `_scaled_dot_product_flash_attention_for_cpu`,
+    which torch's own counter scores as 0 FLOPs."""
+    import torch.nn.functional as F
+
+    from benchmarks.engine import flop_counter
+
+    b, h, nq, nk, d = 2, 2, 8, 24, 16
+    q, k = torch.randn(b, h, nq, d), torch.randn(b, h, nk, d)
+    with flop_counter() as counter:
+        F.scaled_dot_product_attention(q, k, k)
+    assert counter.get_total_flops() == 2 * (2 * b * h * nq * nk * d)  # Q K^T, then P V

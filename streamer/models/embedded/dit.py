@@ -135,6 +135,7 @@ class Block(nn.Module):
         self.ada = nn.Linear(d, 6 * d)
         nn.init.zeros_(self.ada.weight)
         nn.init.zeros_(self.ada.bias)
+        self._compiled: tuple[Callable[..., tuple[torch.Tensor, ...]], Callable[..., torch.Tensor]] | None = None
 
     def split_heads(self, x: torch.Tensor) -> torch.Tensor:
         b, n, _ = x.shape
@@ -154,17 +155,38 @@ class Block(nn.Module):
         ctx: AttentionContext,
         layer: int,
     ) -> torch.Tensor:
+        # Two pure tensor functions around the context's attention: `compile()` hands them to
+        # torch.compile, while the attention (per-session cache lengths, Python-side slots) stays eager.
+        before, after = self._compiled or (self.before_attention, self.after_attention)
+        mods, q, k, v = before(x, c, *rope)
+        return after(x, mods, ctx.attend(layer, q, k, v), text_kv)
+
+    def compile_maths(self) -> None:
+        """Compile the block's maths with torch.compile (inductor), shapes dynamic: one graph
+        serves every batch size and cache length. The first call of each graph compiles it."""
+        self._compiled = (torch.compile(self.before_attention, dynamic=True),
+                          torch.compile(self.after_attention, dynamic=True))
+
+    def before_attention(
+        self, x: torch.Tensor, c: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """-> the frames' adaLN modulations (B, T, 1, 6D) and q, k, v (B, H, T*P, Dh), RoPE applied."""
         b, t, p, d = x.shape
         mods = self.ada(F.silu(c))[:, :, None]  # (B, T, 1, 6D)
-        shift1, scale1, gate1, shift2, scale2, gate2 = mods.chunk(6, dim=-1)
-
-        h = kernels.modulate(x, shift1, scale1)  # norm1 (no affine) + adaLN modulation
+        h = kernels.modulate(x, mods[..., :d], mods[..., d : 2 * d])  # norm1 (no affine) + adaLN
         q, k, v = self.qkv(h.reshape(b, t * p, d)).view(b, t * p, 3, self.heads, -1).unbind(2)
         # Norms run on the contiguous (B, N, H, Dh) layout: on a transposed view the CPU
         # rms_norm falls off its fused kernel (measured 10x slower).
-        q = rotate(self.q_norm(q).transpose(1, 2), *rope)
-        k = rotate(self.k_norm(k).transpose(1, 2), *rope)
-        att = ctx.attend(layer, q, k, v.transpose(1, 2))  # (B, H, T*P, Dh)
+        q = rotate(self.q_norm(q).transpose(1, 2), cos, sin)
+        k = rotate(self.k_norm(k).transpose(1, 2), cos, sin)
+        return mods, q, k, v.transpose(1, 2)
+
+    def after_attention(
+        self, x: torch.Tensor, mods: torch.Tensor, att: torch.Tensor, text_kv: torch.Tensor
+    ) -> torch.Tensor:
+        """Self-attention's output projection, cross-attention to the prompt, then the MLP."""
+        b, t, p, d = x.shape
+        _, _, gate1, shift2, scale2, gate2 = mods.chunk(6, dim=-1)
         x = kernels.gated_residual(x, gate1, self.proj(att.transpose(1, 2).reshape(b, t, p, d)))
 
         # Cross-attention: each frame's tokens attend to the prompt that frame was made under.
@@ -200,6 +222,11 @@ class CausalDiT(nn.Module):
         for lin in (self.ada_out, self.patch_out):
             nn.init.zeros_(lin.weight)
             nn.init.zeros_(lin.bias)
+
+    def compile_blocks(self) -> None:
+        """torch.compile every block's maths (Block.compile_maths); for inference."""
+        for blk in self.blocks_list():
+            blk.compile_maths()
 
     def blocks_list(self) -> list[Block]:
         """The blocks, typed (ModuleList items are plain Modules to mypy)."""

@@ -25,6 +25,7 @@ from ...cache.kv_pool import CacheBatch, KVCachePool, PoolLayout
 from ...cache.step_cache import FirstBlockCache
 from ..base import Conditioning, ModelSpec, PromptCond
 from ..checkpoint import check_state_dict
+from ..compiled import check_compile_backend
 from ..device import resolve_device
 from ..precision import DTYPES, autocast, check_precision
 from . import vocab
@@ -68,6 +69,7 @@ class EmbeddedModel:
         self.step_cache: FirstBlockCache | None = None
         self.commit_reuse = False
         self._null_prompt: PromptCond | None = None  # the empty prompt, encoded on first guidance
+        self.compiled = False  # compile() switches torch.compile on for the blocks
         # None keeps the modules where they are (freshly built: the CPU).
         self.device = next(self.dit.parameters()).device
         self.to(device if device is not None else self.device)
@@ -182,6 +184,17 @@ class EmbeddedModel:
         step_cache = None if step_reuse is None else FirstBlockCache(step_reuse)
         _check_step_reuse_device(step_cache, self.device)
         self.step_cache, self.commit_reuse = step_cache, commit_reuse
+
+    def compile(self) -> None:
+        """torch.compile the transformer blocks' maths (docs/model.md, "Compiled blocks").
+
+        Graphs compile on their first calls (seconds each; the engine's start-up calibration
+        makes them), and their shapes are dynamic, so new batch sizes do not recompile. Weights
+        must be loaded before. A machine whose inductor backend cannot build code is a CompileError.
+        """
+        check_compile_backend(self.device)
+        self.dit.compile_blocks()
+        self.compiled = True
 
     def configure_guidance(self, scale: float | None = None, min_t: float | None = None) -> None:
         """Override the config's classifier-free guidance (None keeps a value); scale 1 is off."""
