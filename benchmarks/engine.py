@@ -109,6 +109,12 @@ def flops_per_frame(model, steps: int) -> float:
     return counter.get_total_flops() / f
 
 
+def set_mfu(run: dict, flops_per_frame: float, peak_gflops: float) -> None:
+    """Model FLOPs utilisation of the frames delivered (`mfu`) and of flat-out (`saturated_mfu`)."""
+    run["mfu"] = flops_per_frame * run["aggregate_fps"] / (peak_gflops * 1e9)
+    run["saturated_mfu"] = flops_per_frame * run["saturated_fps"] / (peak_gflops * 1e9)
+
+
 class Recorder:
     def __init__(self, opened: float) -> None:
         self.opened, self.arrivals = opened, []
@@ -291,8 +297,7 @@ def main() -> int:
             r = asyncio.run(run_mode(model, mode, n, seconds, fps, args.stagger, calibration, caching))
             r["saturated_fps"], r["saturated_caching_stats"] = asyncio.run(
                 saturated_fps(model, mode, n, saturated_s, calibration, caching))
-            r["mfu"] = fpf * r["aggregate_fps"] / (peak * 1e9)
-            r["saturated_mfu"] = fpf * r["saturated_fps"] / (peak * 1e9)
+            set_mfu(r, fpf, peak)  # against the start's peak until the end's is measured
             runs.append(r)
             print(f"{r['mode']:>8} n={n:>2} fps={fps:g} admitted={r['admitted']:>2} agg={r['aggregate_fps']:6.1f} "
                   f"fps miss={r['miss_rate']:.3f} ttff p50={r['ttff_p50_s']} mfu={r['mfu']:.2f} "
@@ -305,6 +310,14 @@ def main() -> int:
         result["complete"] = n == sessions[-1]
         if out is not None and not result["complete"]:
             emit_result(result, out, False)  # a run stopped by a time limit keeps the counts it finished
+    # A shared machine's speed drifts over a run's minutes (one sweep measured 345 GFLOP/s where
+    # the one before it measured 410): the peak is measured again at the end, and MFU divides
+    # by the mean of both, so one slow or fast spell at the start does not set every MFU.
+    peak_end = matmul_peak_gflops(device, peak_n, dtype)
+    result.update(matmul_peak_gflops=(peak + peak_end) / 2, matmul_peak_gflops_start=peak,
+                  matmul_peak_gflops_end=peak_end)
+    for r in runs:
+        set_mfu(r, fpf, result["matmul_peak_gflops"])
     emit_result(result, out, args.json)
     return 0
 
