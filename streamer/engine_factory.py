@@ -69,7 +69,7 @@ def build_model(name: str, config: str | None, weights: str | None, device: str 
             raise ValueError("--precision is for the embedded model; wan-causal computes in the dtype its "
                              "loader picks (bf16 on a GPU, fp32 on the CPU; see docs/wan.md)")
         if compile:
-            raise ValueError("--compile is for the embedded model; wan-causal runs eager (docs/wan.md)")
+            raise ValueError("--compile is for the embedded model; wan-causal runs eager (docs/model.md, Compiled blocks)")
         if guidance is not None:
             raise ValueError("--guidance is for the embedded model; the distilled wan-causal checkpoints "
                              "sample without classifier-free guidance")

@@ -155,15 +155,15 @@ class Block(nn.Module):
         ctx: AttentionContext,
         layer: int,
     ) -> torch.Tensor:
-        # Two pure tensor functions around the context's attention: `compile()` hands them to
+        # Two pure tensor functions around the context's attention: `compile_maths()` hands them to
         # torch.compile, while the attention (per-session cache lengths, Python-side slots) stays eager.
         before, after = self._compiled or (self.before_attention, self.after_attention)
         mods, q, k, v = before(x, c, *rope)
         return after(x, mods, ctx.attend(layer, q, k, v), text_kv)
 
     def compile_maths(self) -> None:
-        """Compile the block's maths with torch.compile (inductor), shapes dynamic: one graph
-        serves every batch size and cache length. The first call of each graph compiles it."""
+        """Compile the block's maths with torch.compile (inductor), shapes dynamic: one graph serves
+        every batch size above 1 (size 1 gets its own). The first call of each graph compiles it."""
         self._compiled = (torch.compile(self.before_attention, dynamic=True),
                           torch.compile(self.after_attention, dynamic=True))
 
