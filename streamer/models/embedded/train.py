@@ -46,6 +46,9 @@ from .model import WEIGHTS_DIR, EmbeddedModel, prompt_tokens
 from .samples import sample_sheet
 from .world import sample_clip
 
+# The stage a DiT run is when its record names none: plain flow-matching training.
+BASE_STAGE = "flow-matching"
+
 
 def psnr(a: torch.Tensor, b: torch.Tensor) -> float:
     """PSNR in dB of images in [-1, 1]."""
@@ -228,6 +231,7 @@ def train_dit(model: EmbeddedModel, run: Path, steps: int, batch: int, seed: int
     `record` is written into the exported dit_step.json beside the step (what the run was).
     """
     cfg, dit = model.cfg, model.dit
+    run_stage = (record or {}).get("stage", BASE_STAGE)
     if loss_fn is None:
         def loss_fn(net: CausalDiT, data: dict[str, torch.Tensor]) -> torch.Tensor:
             return dit_loss(net, data, cfg)
@@ -247,7 +251,7 @@ def train_dit(model: EmbeddedModel, run: Path, steps: int, batch: int, seed: int
     elif (export / "embedded.safetensors").exists() and (export / "dit_step.json").exists():
         # Warm start across work sessions from the committed EMA weights (no optimiser state).
         shipped_record = json.loads((export / "dit_step.json").read_text())
-        stage, want = shipped_record.get("stage", "flow-matching"), (record or {}).get("stage", "flow-matching")
+        stage, want = shipped_record.get("stage", BASE_STAGE), run_stage
         if stage != want:  # e.g. flow-matching training must not go on from a distilled student
             raise SystemExit(f"{export / 'dit_step.json'}: these weights come from stage '{stage}', this run is "
                              f"'{want}': warm-start from weights of the same stage (docs/model.md, Guidance)")
@@ -287,7 +291,7 @@ def train_dit(model: EmbeddedModel, run: Path, steps: int, batch: int, seed: int
             torch.save({"dit": dit.state_dict(), "ema": ema.state_dict(), "opt": opt.state_dict(),
                         "step": step, "rng": rng}, ckpt_path)
             with log_path.open("a") as fh:
-                fh.write(json.dumps({"stage": (record or {}).get("stage", "flow-matching"), "step": step,
+                fh.write(json.dumps({"stage": run_stage, "step": step,
                                      "loss": float(np.mean(losses[-100:])),
                                      "minutes": (time.monotonic() - t_start) / 60}) + "\n")
             shipped = export_weights(model, ema, export, {"step": step, **(record or {})})
