@@ -56,7 +56,6 @@ from streamer.engine_factory import build_model  # noqa: E402
 from streamer.events import Chunk, Refused  # noqa: E402
 from streamer.hostinfo import cpu_name, matmul_peak_gflops  # noqa: E402
 from streamer.models.base import Conditioning  # noqa: E402
-from streamer.models.compiled import check_compile_backend  # noqa: E402
 from streamer.models.device import resolve_device  # noqa: E402
 from streamer.models.embedded import vocab  # noqa: E402
 from streamer.models.precision import PRECISIONS  # noqa: E402
@@ -245,21 +244,19 @@ def main() -> int:
         model = build_model(args.model, args.config, None, args.device, args.precision)
         model.configure_caching(**caching)  # a technique the model lacks fails here, not mid-run
         model.configure_caching(None, False)  # the calibration and FLOP count run the exact path
+        steps = model.spec.default_steps
+        fpf = flops_per_frame(model, steps)  # eager: the counter cannot see into compiled C++ kernels
         if args.compile:
-            check_compile_backend(device)
+            model.compile()  # a CompileError here; the calibration's warm-up rounds compile the graphs
     except ValueError as exc:  # DeviceError, PrecisionError, CompileError, an unsupported technique
         print(f"benchmarks/engine.py: {exc}", file=sys.stderr)
         return 2
     sessions = args.sessions or ([8] if args.quick else [1, 2, 4, 8, 16])
     seconds = args.seconds or (20.0 if args.quick else 30.0)
     saturated_s = args.saturated_seconds or (5.0 if args.quick else 10.0)
-    steps = model.spec.default_steps
     dtype = model.compute_dtype
     peak_n = 8192 if device.type == "cuda" else 1024
     peak = matmul_peak_gflops(device, peak_n, dtype)
-    fpf = flops_per_frame(model, steps)  # eager: the counter cannot see into compiled C++ kernels
-    if args.compile:
-        model.compile()  # the calibration's warm-up rounds compile the graphs
     largest = max(*sessions, args.fps_for_sessions)
     calibration = calibrate_once(model, steps, largest)
     fps = args.fps or shared_fps(model, calibration, steps, args.fps_for_sessions, largest)

@@ -228,6 +228,10 @@ class CausalDiT(nn.Module):
         for blk in self.blocks_list():
             blk.compile_maths()
 
+    @property
+    def compiled(self) -> bool:
+        return any(blk._compiled is not None for blk in self.blocks_list())
+
     def blocks_list(self) -> list[Block]:
         """The blocks, typed (ModuleList items are plain Modules to mypy)."""
         return self._blocks

@@ -69,7 +69,6 @@ class EmbeddedModel:
         self.step_cache: FirstBlockCache | None = None
         self.commit_reuse = False
         self._null_prompt: PromptCond | None = None  # the empty prompt, encoded on first guidance
-        self.compiled = False  # compile() switches torch.compile on for the blocks
         # None keeps the modules where they are (freshly built: the CPU).
         self.device = next(self.dit.parameters()).device
         self.to(device if device is not None else self.device)
@@ -194,7 +193,11 @@ class EmbeddedModel:
         """
         check_compile_backend(self.device)
         self.dit.compile_blocks()
-        self.compiled = True
+
+    @property
+    def compiled(self) -> bool:
+        """Whether compile() switched torch.compile on (the blocks know)."""
+        return self.dit.compiled
 
     def configure_guidance(self, scale: float | None = None, min_t: float | None = None) -> None:
         """Override the config's classifier-free guidance (None keeps a value); scale 1 is off."""

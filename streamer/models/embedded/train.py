@@ -251,10 +251,10 @@ def train_dit(model: EmbeddedModel, run: Path, steps: int, batch: int, seed: int
     elif (export / "embedded.safetensors").exists() and (export / "dit_step.json").exists():
         # Warm start across work sessions from the committed EMA weights (no optimiser state).
         shipped_record = json.loads((export / "dit_step.json").read_text())
-        stage, want = shipped_record.get("stage", BASE_STAGE), run_stage
-        if stage != want:  # e.g. flow-matching training must not go on from a distilled student
+        stage = shipped_record.get("stage", BASE_STAGE)
+        if stage != run_stage:  # e.g. flow-matching training must not go on from a distilled student
             raise SystemExit(f"{export / 'dit_step.json'}: these weights come from stage '{stage}', this run is "
-                             f"'{want}': warm-start from weights of the same stage (docs/model.md, Guidance)")
+                             f"'{run_stage}': warm-start from weights of the same stage (docs/model.md, Guidance)")
         shipped = EmbeddedModel.load(export)
         dit.load_state_dict(shipped.dit.state_dict())
         ema.load_state_dict(shipped.dit.state_dict())
