@@ -78,7 +78,8 @@ step() {
   date -u
   nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv 2>&1
   "$PY" -c "import sys, torch; print(sys.executable, sys.version.split()[0], 'torch', torch.__version__,
-'cuda', torch.version.cuda, 'available', torch.cuda.is_available())" 2>&1
+'cuda', torch.version.cuda, 'available', torch.cuda.is_available())
+import triton; print('triton', triton.__version__)" 2>&1
 } >>"$LOG"
 
 if ls .whl/*.whl >/dev/null 2>&1; then
