@@ -13,6 +13,7 @@ a ratio above 1 is a cost the calibration does not see (or a slower spell of the
 
     python benchmarks/engine_overhead.py            # -> benchmarks/results/engine_overhead.json
     python benchmarks/engine_overhead.py --config tiny-random --seconds 2 --json
+    python benchmarks/engine_overhead.py --device cuda --out benchmarks/results/engine_overhead_gpu.json
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+import kernels  # noqa: E402
 from benchmarks.common import RESULTS, emit_result  # noqa: E402
 from benchmarks.engine import SATURATED_FPS, calibrate_once, drive  # noqa: E402
 from streamer import metrics  # noqa: E402
@@ -65,11 +67,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seconds", type=float, default=12.0)
     ap.add_argument("--config", default=None, help="'tiny-random' for a plumbing run (default: shipped weights)")
     ap.add_argument("--threads", type=positive_int, default=2)
+    ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     ap.add_argument("--json", action="store_true", help="print the result object as the last line")
     ap.add_argument("--out", type=Path, default=RESULTS / "engine_overhead.json")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
-    model = build_model("embedded", args.config, None)
+    try:
+        model = build_model("embedded", args.config, None, args.device)
+    except ValueError as exc:  # DeviceError: no CUDA device here
+        print(f"benchmarks/engine_overhead.py: {exc}", file=sys.stderr)
+        return 2
     steps = model.spec.default_steps
     calibration = calibrate_once(model, steps, 1)
     predicted = {"denoise": calibration[("denoise", 1)] * 1e3, "commit": calibration[("commit", 1)] * 1e3}
@@ -77,6 +84,9 @@ def main(argv: list[str] | None = None) -> int:
     predicted_chunk = steps * predicted["denoise"] + predicted["commit"]
     result = {
         "model": args.config or "embedded (shipped weights)", "steps": steps, "threads": args.threads,
+        "device": args.device,
+        "gpu": torch.cuda.get_device_name() if args.device == "cuda" else None,
+        "kernels": kernels.backend(args.device).reason,
         "seconds": args.seconds, "calibrated_ms": predicted, "predicted_chunk_ms": predicted_chunk,
         "predicted_fps": 1e3 * model.spec.frames_per_chunk / predicted_chunk, **run,
         "ratios": {

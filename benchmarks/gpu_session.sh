@@ -12,12 +12,14 @@
 #
 # Steps, in order, each with its own timeout, each run whatever the one before returned:
 #   device tests      tests/models/test_device.py (the CUDA model against the CPU model)
-#   engine quick      benchmarks/engine.py --device cuda --quick, 10 s windows (8 sessions, batched
-#                     vs baseline); on a failure, once more with STREAMER_KERNELS=reference (torch
-#                     references, no Triton), and then the sweep runs on those too
-#   engine sweep      benchmarks/engine.py --device cuda, 1, 2, 4, 8, 16 sessions, windows sized to
-#                     the time left -> benchmarks/results/engine_gpu.json
 #   kernels           benchmarks/kernels_gpu.py --quick
+#   engine 8          benchmarks/engine.py --device cuda --quick --fps-for-sessions 8 (8 sessions at
+#                     the rate 8 share, batched vs baseline: the issue's GPU goal), 10 s windows,
+#                     twice: with the default dispatch (Triton) and with STREAMER_KERNELS=reference
+#   overhead          benchmarks/engine_overhead.py --device cuda: one stream flat out, engine
+#                     against calibration (where a step's time goes besides the model)
+#   engine sweep      benchmarks/engine.py --device cuda --fps-for-sessions 8, 1, 2, 4, 8, 16
+#                     sessions, windows sized to the time left -> benchmarks/results/engine_gpu.json
 #   wan               benchmarks/wan_gpu.py --quick --text-encoder small (Wan2.1-1.3B shapes,
 #                     random bf16 weights: no checkpoint needed)
 # The whole session stays under GPU_SESSION_BUDGET_S (default 510 s). Everything lands in $OUT
@@ -93,38 +95,35 @@ else
 fi
 
 step "device tests" 60 "$PY" -m pytest -q -p no:cacheprovider tests/models/test_device.py
+step "kernels" 100 "$PY" benchmarks/kernels_gpu.py --quick --out benchmarks/results/kernels_gpu.json
 
-# A short 8-session comparison first: if Triton fails here, the rest runs on the torch kernels.
-QUICK=(--device cuda --quick --json --seconds 10 --saturated-seconds 4)
-if ! step "engine quick" 120 "$PY" benchmarks/engine.py "${QUICK[@]}" --out benchmarks/results/engine_gpu_quick.json
-then
-  if STREAMER_KERNELS=reference step "engine quick, torch kernels" 120 "$PY" benchmarks/engine.py "${QUICK[@]}" \
-      --out benchmarks/results/engine_gpu_quick_reference.json; then
-    export STREAMER_KERNELS=reference
-    echo "engine sweep: runs with STREAMER_KERNELS=reference" | tee -a "$SUMMARY"
-  fi
-fi
+# Session 14's H200 run served 8 sessions best at the rate 8 share; its one-user rate (9 fps)
+# left the batched scheduler room for one session only. Both dispatch choices, same windows.
+EIGHT=(--device cuda --quick --json --fps-for-sessions 8 --seconds 10 --saturated-seconds 4)
+step "engine 8, default kernels" 90 "$PY" benchmarks/engine.py "${EIGHT[@]}" --out benchmarks/results/engine_gpu_8s.json
+STREAMER_KERNELS=reference step "engine 8, torch kernels" 90 "$PY" benchmarks/engine.py "${EIGHT[@]}" \
+  --out benchmarks/results/engine_gpu_8s_reference.json
+step "overhead" 60 "$PY" benchmarks/engine_overhead.py --device cuda --seconds 10 --json \
+  --out benchmarks/results/engine_overhead_gpu.json
 
-# The sweep gets the time left after keeping 230 s for the kernels and Wan, at most 240 s:
-# 10 runs (5 session counts x 2 modes), each a paced window and a flat-out window a third as
-# long, and up to 60 s of set-up (model, matmul peak, FLOP count, one calibration up to batch 16).
-# engine.py rewrites its JSON after every session count, so a timeout keeps the counts done.
-sweep=$(( $(left) - 230 ))
-(( sweep > 240 )) && sweep=240
-per_run=$(( (sweep - 60) / 10 ))
-if (( per_run >= 10 )); then
+# The sweep gets the time left after keeping 80 s for Wan, at most 180 s: 10 runs (5 session
+# counts x 2 modes), each a paced window and a flat-out window a third as long, and up to 40 s
+# of set-up (model, matmul peak, FLOP count, one calibration up to batch 16). engine.py
+# rewrites its JSON after every session count, so a timeout keeps the counts done.
+sweep=$(( $(left) - 80 ))
+(( sweep > 180 )) && sweep=180
+per_run=$(( (sweep - 40) / 10 ))
+if (( per_run >= 8 )); then
   paced=$(( per_run * 3 / 4 )) flat=$(( per_run / 4 ))
-  step "engine sweep" "$sweep" "$PY" benchmarks/engine.py --device cuda --json --sessions 1 2 4 8 16 \
-    --seconds "$paced" --saturated-seconds "$flat" --out benchmarks/results/engine_gpu.json
+  step "engine sweep" "$sweep" "$PY" benchmarks/engine.py --device cuda --json --fps-for-sessions 8 \
+    --sessions 1 2 4 8 16 --seconds "$paced" --saturated-seconds "$flat" --out benchmarks/results/engine_gpu.json
 else
   echo "engine sweep: skipped, ${sweep} s left for it" | tee -a "$SUMMARY"
 fi
-unset STREAMER_KERNELS
 
-step "kernels" 100 "$PY" benchmarks/kernels_gpu.py --quick --out benchmarks/results/kernels_gpu.json
-step "wan" 150 "$PY" benchmarks/wan_gpu.py --quick --text-encoder small --out benchmarks/results/wan_gpu.json
+step "wan" 120 "$PY" benchmarks/wan_gpu.py --quick --text-encoder small --out benchmarks/results/wan_gpu.json
 
-for f in engine_gpu_quick.json engine_gpu_quick_reference.json engine_gpu.json kernels_gpu.json wan_gpu.json; do
+for f in kernels_gpu.json engine_gpu_8s.json engine_gpu_8s_reference.json engine_overhead_gpu.json engine_gpu.json wan_gpu.json; do
   [ -f "benchmarks/results/$f" ] && cp "benchmarks/results/$f" "$OUT/"
 done
 echo "total: $(( $(date +%s) - START )) s" | tee -a "$SUMMARY"

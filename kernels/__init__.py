@@ -41,6 +41,11 @@ __all__ = [
 ]
 
 
+def _indices_at(q: torch.Tensor, triton: bool) -> torch.device:
+    """Where the layout's indices go: the kernel's device for Triton, the host for the references."""
+    return q.device if triton else torch.device("cpu")
+
+
 def chunk_attention(
     q: torch.Tensor,  # (B, H, Nq, D)
     k: torch.Tensor,  # slotted (num_slots, H, max_keys, D) | packed (total_keys, H, D)
@@ -56,8 +61,11 @@ def chunk_attention(
     Slotted form: sample b sees `k[slots[b], :, :lengths[b]]` (the KV pool's layout, read in
     place). Packed form: sample b sees `k[cu_seqlens[b]:cu_seqlens[b+1]]`.
     """
-    kv = kv_layout(q, k, v, slots=slots, lengths=lengths, cu_seqlens=cu_seqlens)
-    if use_triton(q, k, v):
+    triton = use_triton(q, k, v)
+    kv = kv_layout(
+        q, k, v, slots=slots, lengths=lengths, cu_seqlens=cu_seqlens, index_device=_indices_at(q, triton)
+    )
+    if triton:
         return chunk_attention_triton(q, kv, scale)
     return chunk_attention_reference(q, kv, scale)
 
@@ -78,8 +86,10 @@ def int8_chunk_attention(
     The reference emulates the kernel's arithmetic (same blocks as the Triton launch would
     use), so a CPU run shows the error a GPU run would have; it is slower than the exact path.
     """
-    kv = kv_layout(q, k, v, slots=slots, lengths=lengths, cu_seqlens=cu_seqlens, max_seqlen=max_seqlen)
-    if use_triton(q, k, v):
+    triton = use_triton(q, k, v)
+    kv = kv_layout(q, k, v, slots=slots, lengths=lengths, cu_seqlens=cu_seqlens, max_seqlen=max_seqlen,
+                   index_device=_indices_at(q, triton))  # fmt: skip
+    if triton:
         return int8_chunk_attention_triton(q, kv, scale)
     return int8_chunk_attention_reference(q, kv, scale)
 

@@ -13,6 +13,7 @@ annotations`) wrapped in `jit` below; their module binds `tl` to None, and `jit`
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import os
 from collections.abc import Callable
@@ -34,7 +35,11 @@ def require_triton() -> None:
         raise ImportError(INSTALL_HINT)
 
 
+@functools.cache
 def triton_version() -> str:
+    # Cached: dispatch names the version in the reason of every call on CUDA tensors, and a
+    # metadata lookup reads the installed packages' files (130 us a call on a CI host), a cost
+    # every Triton launch paid before (docs/kernels.md, "First GPU figures").
     from importlib.metadata import version
 
     return version("triton")

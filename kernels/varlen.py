@@ -25,9 +25,9 @@ IntsLike = torch.Tensor | Sequence[int]
 class KVLayout:
     k: torch.Tensor  # (R, H, N, D), any strides
     v: torch.Tensor  # (R, H, N, D)
-    rows: torch.Tensor  # (B,) int32
-    starts: torch.Tensor  # (B,) int32
-    lengths: torch.Tensor  # (B,) int32, each >= 1 (a chunk always sees its own keys)
+    rows: torch.Tensor  # (B,) int32, on k's device, or on the host for the references
+    starts: torch.Tensor  # (B,) int32, likewise
+    lengths: torch.Tensor  # (B,) int32, each >= 1 (a chunk always sees its own keys), likewise
     max_len: int | None  # host-side upper bound on lengths, when known without a device sync
 
     @property
@@ -37,7 +37,8 @@ class KVLayout:
     def samples(self) -> Iterator[tuple[int, torch.Tensor, torch.Tensor]]:
         """(b, k, v) for each sample b with at least one key: views (H, n, D) of what it sees.
 
-        For the torch references: a host loop, over spans read back from the device.
+        For the torch references: a host loop over the spans. Built with `index_device="cpu"`
+        from Python ints, reading them costs nothing; indices on a GPU are read back (a sync).
         """
         spans = zip(self.rows.tolist(), self.starts.tolist(), self.lengths.tolist(), strict=True)
         for b, (r, s, n) in enumerate(spans):
@@ -49,12 +50,13 @@ def _ints(x: IntsLike, device: torch.device, name: str) -> torch.Tensor:
     if isinstance(x, torch.Tensor):
         if x.dim() != 1 or x.dtype.is_floating_point:
             raise ValueError(f"{name} must be a 1-D integer tensor, got {tuple(x.shape)} {x.dtype}")
-        return x.to(device=device, dtype=torch.int32)
+        # A tensor stays where it is when the host is asked for: moving it would be the sync.
+        return x.to(dtype=torch.int32) if device.type == "cpu" else x.to(device=device, dtype=torch.int32)
     host = torch.tensor(list(x), dtype=torch.int32)
     if device.type == "cuda":
         # Pinned + non_blocking: a plain copy from a Python list would wait for the GPU queue.
         return host.pin_memory().to(device, non_blocking=True)
-    return host
+    return host.to(device)
 
 
 def kv_layout(
@@ -66,8 +68,15 @@ def kv_layout(
     lengths: IntsLike | None = None,
     cu_seqlens: IntsLike | None = None,
     max_seqlen: int | None = None,
+    index_device: torch.device | str | None = None,
 ) -> KVLayout:
-    """Validate one of the two forms (see the module docstring) and describe it."""
+    """Validate one of the two forms (see the module docstring) and describe it.
+
+    The indices (rows, starts, lengths) go to `index_device`, default k's device: a Triton
+    launch reads them there. The references loop over them on the host, so their callers pass
+    "cpu": on a GPU, indices sent to the device would be read back by every call, a host-device
+    sync that stalls the launch queue (three per call).
+    """
     if q.dim() != 4:
         raise ValueError(f"q must be (B, H, Nq, D), got {tuple(q.shape)}")
     b, h, _, d = q.shape
@@ -77,7 +86,7 @@ def kv_layout(
         raise ValueError(f"q, k, v dtypes differ: {q.dtype}, {k.dtype}, {v.dtype}")
     if not (q.device == k.device == v.device):
         raise ValueError(f"q, k, v devices differ: {q.device}, {k.device}, {v.device}")
-    dev = q.device
+    dev = q.device if index_device is None else torch.device(index_device)
     if cu_seqlens is not None:
         if slots is not None or lengths is not None:
             raise ValueError("pass either cu_seqlens (packed form) or slots + lengths (slotted form)")

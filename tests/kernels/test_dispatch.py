@@ -112,3 +112,45 @@ def test_interpreter_set_after_triton_was_imported_is_explained():
     )
     assert run.returncode == 0, run.stderr
     assert "set TRITON_INTERPRET in the environment the process starts with" in run.stdout, run.stdout
+
+
+def test_dispatch_reads_tritons_version_once(monkeypatch):
+    """The version goes into every CUDA call's reason; reading package metadata per call cost
+    130 us here (and every Triton launch paid it before it was cached)."""
+    import importlib.metadata
+
+    from kernels import _triton
+
+    calls = []
+    real = importlib.metadata.version
+    monkeypatch.setattr(importlib.metadata, "version", lambda name: calls.append(name) or real(name))
+    monkeypatch.setattr(_triton, "HAS_TRITON", True)
+    monkeypatch.setattr(kernels.dispatch, "HAS_TRITON", True)
+    _triton.triton_version.cache_clear()
+    try:
+        for _ in range(5):
+            kernels.backend("cuda")
+    except importlib.metadata.PackageNotFoundError:
+        pytest.skip("triton is not installed")
+    finally:
+        _triton.triton_version.cache_clear()
+    assert calls == ["triton"]
+
+
+@pytest.mark.parametrize("triton", [False, True])
+def test_indices_stay_on_the_host_for_the_references(monkeypatch, triton):
+    """The references loop over the indices on the host: sending them to the tensors' device
+    would make every call read them back (a sync per call on a GPU). Triton gets them there.
+    The meta device stands in for a GPU: tensors with a device, but no data to compute on."""
+    seen = {}
+
+    def record(q, kv, scale=None):
+        seen["rows"], seen["lengths"] = kv.rows.device.type, kv.lengths.device.type
+        return q
+
+    monkeypatch.setattr(kernels, "use_triton", lambda *t: triton)
+    monkeypatch.setattr(kernels, "chunk_attention_triton" if triton else "chunk_attention_reference", record)
+    q, k = torch.empty(2, 1, 4, 16, device="meta"), torch.empty(3, 1, 8, 16, device="meta")
+    kernels.chunk_attention(q, k, k, slots=[2, 0], lengths=[5, 8])
+    want = "meta" if triton else "cpu"
+    assert seen == {"rows": want, "lengths": want}
