@@ -56,6 +56,7 @@ from streamer.engine_factory import build_model  # noqa: E402
 from streamer.events import Chunk, Refused  # noqa: E402
 from streamer.hostinfo import cpu_name, matmul_peak_gflops  # noqa: E402
 from streamer.models.base import Conditioning  # noqa: E402
+from streamer.models.compiled import MODES as COMPILE_MODES  # noqa: E402
 from streamer.models.device import resolve_device  # noqa: E402
 from streamer.models.embedded import vocab  # noqa: E402
 from streamer.models.precision import PRECISIONS  # noqa: E402
@@ -234,8 +235,9 @@ def main() -> int:
     ap.add_argument("--step-reuse", type=float, default=None, metavar="THRESHOLD",
                     help="step reuse on, at this threshold (docs/caching.md)")
     ap.add_argument("--commit-reuse", action="store_true", help="commit reuse on (docs/caching.md)")
-    ap.add_argument("--compile", action="store_true",
-                    help="torch.compile the embedded model's blocks (docs/model.md, Compiled blocks)")
+    ap.add_argument("--compile", nargs="?", const="default", default=None, choices=COMPILE_MODES, metavar="MODE",
+                    help="torch.compile the embedded model's blocks (docs/model.md, Compiled blocks), in torch.compile's "
+                         f"MODE ({', '.join(COMPILE_MODES)}; default: default; reduce-overhead: CUDA graphs, GPU only)")
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
     caching = {"step_reuse": args.step_reuse, "commit_reuse": args.commit_reuse}
@@ -247,7 +249,7 @@ def main() -> int:
         steps = model.spec.default_steps
         fpf = flops_per_frame(model, steps)  # eager: the counter cannot see into compiled C++ kernels
         if args.compile:
-            model.compile()  # a CompileError here; the calibration's warm-up rounds compile the graphs
+            model.compile(args.compile)  # a CompileError here; the calibration's warm-up rounds compile the graphs
     except ValueError as exc:  # DeviceError, PrecisionError, CompileError, an unsupported technique
         print(f"benchmarks/engine.py: {exc}", file=sys.stderr)
         return 2
@@ -282,7 +284,8 @@ def main() -> int:
         "matmul_peak_n": peak_n,
         "model_gflops_per_frame": fpf / 1e9,
         "caching": caching,
-        "compiled": args.compile,
+        "compiled": args.compile is not None,
+        "compile_mode": args.compile,
         "seconds_per_mode": seconds,
         "saturated_seconds_per_mode": saturated_s,
         "sessions_planned": sessions,

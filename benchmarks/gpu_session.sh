@@ -16,14 +16,15 @@
 #   engine 8          benchmarks/engine.py --device cuda --quick --fps-for-sessions 10 (8 sessions at
 #                     the rate 10 share, batched vs baseline: the issue's GPU goal), 10 s windows,
 #                     twice: with the default dispatch (Triton) and with STREAMER_KERNELS=reference
+#   engine 8 graphs   the same with --compile reduce-overhead (inductor + CUDA graphs of the maths)
 #   overhead          benchmarks/engine_overhead.py --device cuda: one stream flat out, engine
 #                     against calibration (where a step's time goes besides the model)
 #   engine sweep      benchmarks/engine.py --device cuda --fps-for-sessions 8, 1, 2, 4, 8, 16
 #                     sessions, windows sized to the time left -> benchmarks/results/engine_gpu.json
 #   wan               benchmarks/wan_gpu.py --quick --text-encoder small (Wan2.1-1.3B shapes,
 #                     random bf16 weights: no checkpoint needed)
-# The whole session stays under GPU_SESSION_BUDGET_S (default 510 s). Everything lands in $OUT
-# (at most 8 files: session.log, summary.txt and the result JSONs) and in benchmarks/results/.
+# The whole session stays under GPU_SESSION_BUDGET_S (default 560 s: run it with timeout_s 600). Everything lands in $OUT
+# (session.log, summary.txt, and results.tar: every result JSON the run wrote) and in benchmarks/results/.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -48,8 +49,9 @@ mkdir -p "$OUT" benchmarks/results
 LOG=$OUT/session.log
 SUMMARY=$OUT/summary.txt
 : >"$SUMMARY"
+STAMP=$(mktemp)  # results newer than this are this run's
 START=$(date +%s)
-BUDGET=${GPU_SESSION_BUDGET_S:-510}
+BUDGET=${GPU_SESSION_BUDGET_S:-560}
 PY=${PYTHON:-python3}
 SITE=${GPU_SESSION_SITE:-/tmp/site}
 export PYTHONUNBUFFERED=1
@@ -105,6 +107,11 @@ EIGHT=(--device cuda --quick --json --fps-for-sessions 10 --seconds 10 --saturat
 step "engine 8, default kernels" 90 "$PY" benchmarks/engine.py "${EIGHT[@]}" --out benchmarks/results/engine_gpu_8s.json
 STREAMER_KERNELS=reference step "engine 8, torch kernels" 90 "$PY" benchmarks/engine.py "${EIGHT[@]}" \
   --out benchmarks/results/engine_gpu_8s_reference.json
+# Inductor-compiled maths recorded as CUDA graphs (the compiled regions take the torch
+# references; the attention between them stays eager, on the default dispatch): session 14's
+# steps were launch-bound, and plain --compile left them where they were.
+step "engine 8, compiled reduce-overhead" 150 "$PY" benchmarks/engine.py "${EIGHT[@]}" --compile reduce-overhead \
+  --out benchmarks/results/engine_gpu_8s_cudagraphs.json
 step "overhead" 60 "$PY" benchmarks/engine_overhead.py --device cuda --seconds 10 --json \
   --out benchmarks/results/engine_overhead_gpu.json
 
@@ -125,9 +132,10 @@ fi
 
 step "wan" 120 "$PY" benchmarks/wan_gpu.py --quick --text-encoder small --out benchmarks/results/wan_gpu.json
 
-for f in kernels_gpu.json engine_gpu_8s.json engine_gpu_8s_reference.json engine_overhead_gpu.json engine_gpu.json wan_gpu.json; do
-  [ -f "benchmarks/results/$f" ] && cp "benchmarks/results/$f" "$OUT/"
-done
+# One archive of every result this run wrote ($OUT takes at most 8 files); unpack it here with
+# tar -xf results.tar (the paths inside are benchmarks/results/...).
+(cd "$ROOT" && find benchmarks/results -name '*.json' -newer "$STAMP" -print0 | xargs -0 -r tar -cf "$OUT/results.tar")
+tar -tf "$OUT/results.tar" 2>/dev/null | tee -a "$SUMMARY"
 echo "total: $(( $(date +%s) - START )) s" | tee -a "$SUMMARY"
 echo "== summary"
 cat "$SUMMARY"

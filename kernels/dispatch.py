@@ -1,7 +1,8 @@
 """Which implementation a kernel call runs: the Triton kernel or its PyTorch reference.
 
 Default: Triton when it is installed and the tensors are on a CUDA device, the reference
-everywhere else (a CPU never takes the interpreter by default: it is 100-3000x slower).
+everywhere else (a CPU never takes the interpreter by default: it is 100-3000x slower), and
+the reference inside code that torch.compile traces (inductor compiles the reference's ops).
 `STREAMER_KERNELS=reference|triton` forces one. Forcing `triton` on CPU tensors needs
 `TRITON_INTERPRET=1` (Triton's interpreter, used by the tests); without it the call raises
 instead of failing deep inside Triton with "0 active drivers". Whatever the choice, a call
@@ -55,7 +56,11 @@ def backend(device: torch.device | str | None = None) -> Choice:
 
 def use_triton(*tensors: torch.Tensor) -> bool:
     """Run the Triton kernel for this call? Never when autograd needs gradients through it:
-    the kernels are forward-only (inference), the references are differentiable."""
+    the kernels are forward-only (inference), the references are differentiable. Never while
+    torch.compile traces the call either: inductor fuses the reference's torch ops with their
+    neighbours (and records them in its CUDA graphs), where a hand-written launch stays opaque."""
+    if torch.compiler.is_compiling():
+        return False
     if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
         return False
     return backend(tensors[0].device).name == "triton"

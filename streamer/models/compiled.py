@@ -17,7 +17,16 @@ class CompileError(ValueError):
     """torch.compile was asked for where its backend cannot build code."""
 
 
-def check_compile_backend(device: torch.device) -> None:
+# torch.compile's modes. "reduce-overhead" also records CUDA graphs of the compiled code (one
+# replay instead of a launch per kernel), which only a GPU has.
+MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+
+
+def check_compile_backend(device: torch.device, mode: str = "default") -> None:
+    if mode not in MODES:
+        raise CompileError(f"compile mode {mode!r}: expected one of {', '.join(MODES)}")
+    if mode == "reduce-overhead" and device.type != "cuda":
+        raise CompileError("compile mode 'reduce-overhead' records CUDA graphs: it needs a model on a GPU")
     if device.type == "cuda":
         if importlib.util.find_spec("triton") is None:
             raise CompileError("--compile on a GPU needs triton (pip install 'streamer[triton]')")

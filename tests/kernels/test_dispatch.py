@@ -154,3 +154,20 @@ def test_indices_stay_on_the_host_for_the_references(monkeypatch, triton):
     kernels.chunk_attention(q, k, k, slots=[2, 0], lengths=[5, 8])
     want = "meta" if triton else "cpu"
     assert seen == {"rows": want, "lengths": want}
+
+
+@pytest.mark.skipif(not HAS_TRITON, reason="Triton is not installed: pip install -e .[triton]")
+def test_code_under_torch_compile_takes_the_reference(monkeypatch):
+    """Inductor compiles the reference's ops (fused, in its CUDA graphs on a GPU); a Triton launch
+    inside a compiled region would stay opaque. Forced Triton still runs outside compile."""
+    monkeypatch.setenv("STREAMER_KERNELS", "triton")  # the conftest sets TRITON_INTERPRET=1
+    x, vec = torch.randn(1, 2, 3, 16), torch.randn(1, 2, 1, 16)
+    calls = []
+    real = kernels.modulate_triton
+    monkeypatch.setattr(kernels, "modulate_triton", lambda *a, **k: calls.append(1) or real(*a, **k))
+    kernels.modulate(x, vec, vec)
+    assert calls == [1]
+    torch._dynamo.reset()
+    compiled = torch.compile(lambda a, b: kernels.modulate(a, b, b), backend="eager", fullgraph=True)
+    torch.testing.assert_close(compiled(x, vec), kernels.modulate_reference(x, vec, vec))
+    assert calls == [1]

@@ -65,3 +65,14 @@ def test_compile_without_a_cpp_compiler_is_a_clear_error(monkeypatch):
 def test_compile_is_for_the_embedded_model_only():
     with pytest.raises(ValueError, match="--compile is for the embedded model"):
         build_model("wan-causal", "tiny-random", None, compile=True)
+
+
+@pytest.mark.parametrize(("mode", "message"), [
+    ("reduce-overhead", "needs a model on a GPU"),  # CUDA graphs: torch would skip them on a CPU, silently
+    ("fastest", "expected one of"),
+])  # fmt: skip
+def test_a_mode_the_device_cannot_run_is_a_clear_error(mode, message):
+    model = tiny_embedded()
+    with pytest.raises(CompileError, match=message):
+        model.compile(mode)
+    assert not model.compiled

@@ -161,11 +161,13 @@ class Block(nn.Module):
         mods, q, k, v = before(x, c, *rope)
         return after(x, mods, ctx.attend(layer, q, k, v), text_kv)
 
-    def compile_maths(self) -> None:
-        """Compile the block's maths with torch.compile (inductor), shapes dynamic: one graph serves
-        every batch size above 1 (size 1 gets its own). The first call of each graph compiles it."""
-        self._compiled = (torch.compile(self.before_attention, dynamic=True),
-                          torch.compile(self.after_attention, dynamic=True))
+    def compile_maths(self, mode: str = "default") -> None:
+        """Compile the block's maths with torch.compile (inductor) in `mode`, shapes dynamic: one
+        graph serves every batch size above 1 (size 1 gets its own). The first call of each graph
+        compiles it. With "reduce-overhead" each graph is also recorded as a CUDA graph per batch
+        size and block (their weights are the graphs' fixed inputs)."""
+        self._compiled = (torch.compile(self.before_attention, dynamic=True, mode=mode),
+                          torch.compile(self.after_attention, dynamic=True, mode=mode))
 
     def before_attention(
         self, x: torch.Tensor, c: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
@@ -223,10 +225,10 @@ class CausalDiT(nn.Module):
             nn.init.zeros_(lin.weight)
             nn.init.zeros_(lin.bias)
 
-    def compile_blocks(self) -> None:
+    def compile_blocks(self, mode: str = "default") -> None:
         """torch.compile every block's maths (Block.compile_maths); for inference."""
         for blk in self.blocks_list():
-            blk.compile_maths()
+            blk.compile_maths(mode)
 
     @property
     def compiled(self) -> bool:

@@ -184,15 +184,16 @@ class EmbeddedModel:
         _check_step_reuse_device(step_cache, self.device)
         self.step_cache, self.commit_reuse = step_cache, commit_reuse
 
-    def compile(self) -> None:
+    def compile(self, mode: str = "default") -> None:
         """torch.compile the transformer blocks' maths (docs/model.md, "Compiled blocks").
 
         Graphs compile on their first calls (seconds each; the engine's start-up calibration
         makes them), and their shapes are dynamic, so new batch sizes do not recompile. Weights
-        must be loaded before. A machine whose inductor backend cannot build code is a CompileError.
+        must be loaded before. A machine whose inductor backend cannot build code, or a mode it
+        cannot run (`compiled.MODES`; "reduce-overhead" needs a GPU), is a CompileError.
         """
-        check_compile_backend(self.device)
-        self.dit.compile_blocks()
+        check_compile_backend(self.device, mode)
+        self.dit.compile_blocks(mode)
 
     @property
     def compiled(self) -> bool:
