@@ -130,6 +130,11 @@ SATURATED_FPS = 1000.0  # a target no model here meets: every chunk is late, the
 Calibration = dict[tuple[str, int], float]
 
 
+def ms_table(costs: Calibration) -> dict[str, float]:
+    """{"denoise@8": milliseconds, ...}: a calibration or a cost model's table, as the JSON holds it."""
+    return {f"{kind}@{b}": round(v * 1e3, 3) for (kind, b), v in sorted(costs.items())}
+
+
 async def drive(engine: Engine, sessions: int, seconds: float, stagger: float, skip_s: float = 0.0) -> dict:
     """Open `sessions` sessions `stagger` s apart and record them for `seconds` of wall time.
 
@@ -152,11 +157,12 @@ async def drive(engine: Engine, sessions: int, seconds: float, stagger: float, s
                 refused += 1
         await asyncio.sleep(max(0.0, t0 + seconds - time.monotonic()))
         stats = engine.scheduler.stats()
+        learned = engine.scheduler.cost.measurements()
         wall = time.monotonic() - t0
     finally:
         await engine.stop()
     counted = sum(n for r in recs for t, n in r.arrivals if t - t0 >= skip_s)
-    return {"recs": recs, "refused": refused, "stats": stats, "wall": wall, "t0": t0,
+    return {"recs": recs, "refused": refused, "stats": stats, "wall": wall, "t0": t0, "learned": learned,
             "fps": counted / max(1e-9, wall - skip_s)}  # fmt: skip
 
 
@@ -185,6 +191,9 @@ async def run_mode(model, mode: str, sessions: int, seconds: float, fps: float, 
         "mean_batch": stats.get("mean_batch"),
         "degrade_level": stats.get("degrade_level"),
         "caching_stats": engine.info()["caching"],
+        # What the cost model had learned by the end, against `calibration_ms` at the top: how far
+        # the engine's batches ran from the start-up calibration that admission began with.
+        "learned_ms": ms_table(d["learned"]),
     }
 
 
@@ -268,7 +277,7 @@ def main() -> int:
         "fps": fps,
         "fps_source": "--fps" if args.fps else "one calibration, shared by every run",
         "fps_for_sessions": None if args.fps else args.fps_for_sessions,
-        "calibration_ms": {f"{kind}@{b}": round(v * 1e3, 3) for (kind, b), v in sorted(calibration.items())},
+        "calibration_ms": ms_table(calibration),
         "machine": {"cpu": cpu_name(), "threads": torch.get_num_threads()},
         "device": device.type,
         "gpu": torch.cuda.get_device_name(device) if device.type == "cuda" else None,

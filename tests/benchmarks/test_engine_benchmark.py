@@ -35,3 +35,20 @@ def test_flop_counter_counts_the_cpus_fused_attention():
     with flop_counter() as counter:
         F.scaled_dot_product_attention(q, k, k)
     assert counter.get_total_flops() == 2 * (2 * b * h * nq * nk * d)  # Q K^T, then P V
+
+
+async def test_a_run_reports_what_its_cost_model_learned_beside_the_calibration():
+    """`learned_ms` is how far the engine's batches ran from the start-up calibration (the GPU run
+    of session 14 admitted 6 of 8 because its calibration was fast): it must be the run's own
+    cost model, in the calibration's units, not the calibration again."""
+    from benchmarks.engine import calibrate_once, ms_table, run_mode
+    from streamer.engine_factory import tiny_embedded
+
+    model = tiny_embedded()
+    calibration = calibrate_once(model, model.spec.default_steps, 2)
+    fake = {key: seconds * 3 for key, seconds in calibration.items()}  # a calibration 3x too slow
+    run = await run_mode(model, "deadline", 2, 1.5, 8.0, 0.1, fake, {"step_reuse": None, "commit_reuse": False})
+    assert run["admitted"] == 2 and run["chunks"] > 0
+    learned, started = run["learned_ms"], ms_table(fake)
+    assert set(learned) >= {"denoise@1", "commit@1"}
+    assert learned["denoise@1"] < started["denoise@1"]  # it learned the real, faster batches
