@@ -160,13 +160,12 @@ class CacheBatch:
     def scatter(self, cache: torch.Tensor, new: torch.Tensor) -> None:
         """Write the chunk's keys or values `new` (B, H, F*P, Dh) into each sample's scratch frames
         of `cache` (slots, H, max_tokens, Dh), as one indexed write."""
-        if self._scatter_index is None or self._scatter_index[0].device != cache.device:
-            n = new.shape[2]
+        if self._scatter_index is None:  # the pool's device, so the same for every layer
             rows = torch.tensor(self.slots)[:, None]  # (B, 1)
-            cols = torch.tensor(self._starts)[:, None] + torch.arange(n)[None, :]  # (B, F*P)
+            cols = torch.tensor(self._starts)[:, None] + torch.arange(new.shape[2])[None, :]  # (B, F*P)
             if cache.device.type == "cuda":  # pinned + non_blocking: no wait for the GPU queue
-                rows, cols = (x.pin_memory().to(cache.device, non_blocking=True) for x in (rows, cols))
-            self._scatter_index = (rows.to(cache.device), cols.to(cache.device))
+                rows, cols = rows.pin_memory(), cols.pin_memory()
+            self._scatter_index = (rows.to(cache.device, non_blocking=True), cols.to(cache.device, non_blocking=True))
         rows, cols = self._scatter_index
         cache.transpose(1, 2)[rows, cols] = new.transpose(1, 2)  # (B, F*P, H, Dh) at [slot, token]
 
