@@ -9,8 +9,10 @@ Then, at the embedded model's shapes (H=2, D=64, 64 tokens/frame, 2-frame chunks
 queries, up to 8 frames = 512 keys, batch 1..16) and at a Wan-2.1-1.3B-like shape (1560
 tokens/frame, 3-frame chunks = 4680 queries, 12 heads x 128, up to 21 frames = 32760 keys,
 bf16, batch 1..8):
-- chunk_attention (Triton) against the per-sample SDPA loop (the reference, what the KV pool
-  runs today) and against one padded SDPA call with a key mask;
+- chunk_attention (Triton) against the per-sample SDPA loop (the reference), against the GPU's
+  torch path (`chunk_attention_padded`: gather to the longest length + one masked SDPA, what
+  runs without Triton) and against one padded SDPA call with a key mask and no gather (a bound);
+  indices are passed as the KV pool passes them (Python lists);
 - int8_chunk_attention, with its error against exact attention (max abs, mean abs, cosine);
 - modulate and gated_residual against the unfused torch code.
 Times are CUDA-event medians per call, launch overhead included. Errors are against an fp32
@@ -39,7 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import kernels  # noqa: E402
 from kernels._triton import HAS_TRITON, INSTALL_HINT, interpreting, triton_version  # noqa: E402
-from kernels.chunk_attention import chunk_attention_reference  # noqa: E402
+from kernels.chunk_attention import chunk_attention_padded, chunk_attention_reference  # noqa: E402
 from kernels.int8_attention import int8_chunk_attention_reference  # noqa: E402
 from kernels.modulation import gated_residual_reference, modulate_reference  # noqa: E402
 from kernels.varlen import KVLayout, kv_layout  # noqa: E402
@@ -219,13 +221,13 @@ def attention_cases(
     q = torch.randn(batch, h, nq, d, device=DEV, dtype=dtype)
     k = torch.randn(batch, h, cap, d, device=DEV, dtype=dtype)  # the pool's layer view: (slots, H, cap, D)
     v = torch.randn(batch, h, cap, d, device=DEV, dtype=dtype)
-    slots = torch.arange(batch, dtype=torch.int32, device=DEV)
-    lens = torch.tensor(lengths, dtype=torch.int32, device=DEV)  # built once per batch, as the pool would
-    kv = kv_layout(q, k, v, slots=slots, lengths=lens)
+    slots = list(range(batch))  # Python lists, as the KV pool passes them
+    lens = torch.tensor(lengths, device=DEV)
+    kv = kv_layout(q, k, v, slots=slots, lengths=lengths, index_device="cpu")  # the references' layout
     if dtype == torch.float32:  # the fp32 reference is SDPA itself: judge both against float64
         truth = naive_attention(q, kv).float()
     else:
-        kv32 = kv_layout(q.float(), k.float(), v.float(), slots=slots, lengths=lens)
+        kv32 = kv_layout(q.float(), k.float(), v.float(), slots=slots, lengths=lengths, index_device="cpu")
         truth = chunk_attention_reference(q.float(), kv32)
 
     lmax = max(lengths)
@@ -238,19 +240,24 @@ def attention_cases(
             return F.scaled_dot_product_attention(q, k[:, :, :lmax], v[:, :, :lmax], attn_mask=mask)
 
     def exact():
-        return kernels.chunk_attention(q, k, v, slots=slots, lengths=lens)
+        return kernels.chunk_attention(q, k, v, slots=slots, lengths=lengths)
 
     def int8():
-        return kernels.int8_chunk_attention(q, k, v, slots=slots, lengths=lens)
+        return kernels.int8_chunk_attention(q, k, v, slots=slots, lengths=lengths)
 
     def reference():
         return chunk_attention_reference(q, kv)
+
+    def torch_path():
+        return chunk_attention_padded(q, kv)
 
     flops = 4 * nq * sum(lengths) * d * h
     base = {"model": m.name, "dtype": dname(dtype), "batch": batch, "pattern": pattern, "queries": nq,
             "heads": h, "head_dim": d, "lengths": lengths}  # fmt: skip
     ms_ref = time_ms(reference, warmup, reps)
     err_ref = kernels.error_stats(reference(), truth)
+    ms_torch = time_ms(torch_path, warmup, reps)
+    err_torch = kernels.error_stats(torch_path(), truth).max_abs
     try:
         ms_pad: float | None = time_ms(padded, warmup, reps)
         err_pad: float | None = kernels.error_stats(padded(), truth).max_abs
@@ -264,7 +271,8 @@ def attention_cases(
     err = kernels.error_stats(exact(), truth)
     ok = err.max_abs <= max(2 * err_ref.max_abs, TOL[dtype][1]) and err.cosine > 0.9999
     rows.append({**base, "kernel": "chunk_attention", "ms_triton": ms, "ms_reference": ms_ref,
-                 "speedup": ms_ref / ms, "ms_sdpa_padded": ms_pad,
+                 "speedup": ms_ref / ms, "ms_torch_padded": ms_torch, "speedup_vs_torch_padded": ms_torch / ms,
+                 "torch_padded_max_error": err_torch, "ms_sdpa_padded": ms_pad,
                  "speedup_vs_padded": None if ms_pad is None else ms_pad / ms,
                  "tflops_triton": flops / ms / 1e9, "max_error": err.max_abs,
                  "reference_max_error": err_ref.max_abs, "sdpa_padded_max_error": err_pad, "ok": ok})  # fmt: skip
@@ -304,14 +312,15 @@ def fmt(x: float | None, spec: str = ".3f") -> str:
 
 
 def print_table(rows: list[dict]) -> None:
-    head = f"{'kernel':<22}{'model':<15}{'dtype':<10}{'B':>3} {'keys':<9}{'triton ms':>10}{'ref ms':>9}{'speedup':>8}{'pad ms':>9}{'max err':>10}  ok"
+    head = f"{'kernel':<22}{'model':<15}{'dtype':<10}{'B':>3} {'keys':<9}{'triton ms':>10}{'ref ms':>9}{'speedup':>8}{'torch ms':>9}{'pad ms':>9}{'max err':>10}  ok"
     print(head)
     print("-" * len(head))
     for r in rows:
         keys = r.get("pattern", "-")
         print(
             f"{r['kernel']:<22}{r['model']:<15}{r['dtype']:<10}{r['batch']:>3} {keys:<9}{r['ms_triton']:>10.3f}"
-            f"{r['ms_reference']:>9.3f}{r['speedup']:>8.2f}{fmt(r.get('ms_sdpa_padded')):>9}"
+            f"{r['ms_reference']:>9.3f}{r['speedup']:>8.2f}{fmt(r.get('ms_torch_padded')):>9}"
+            f"{fmt(r.get('ms_sdpa_padded')):>9}"
             f"{r['max_error']:>10.2e}  {'ok' if r['ok'] else 'FAIL'}"
             + (f"  cos {r['cosine']:.5f}" if "cosine" in r else "")
         )

@@ -8,7 +8,9 @@
 
 Each kernel module holds the Triton kernel beside the PyTorch reference its tests compare it
 with; `kernels/dispatch.py` picks one per call (Triton for CUDA tensors when installed,
-`STREAMER_KERNELS=reference|triton` to force). Triton is optional: `pip install -e .[triton]`.
+`STREAMER_KERNELS=reference|triton` to force). Without Triton, chunk attention on a GPU takes one
+masked SDPA over the batch (`chunk_attention_padded`) rather than the reference's per-sample
+loop. Triton is optional: `pip install -e .[triton]`.
 See docs/kernels.md.
 """
 
@@ -16,7 +18,7 @@ from __future__ import annotations
 
 import torch
 
-from .chunk_attention import chunk_attention_reference, chunk_attention_triton
+from .chunk_attention import chunk_attention_padded, chunk_attention_reference, chunk_attention_triton
 from .dispatch import Choice, backend, use_triton
 from .error import ErrorStats, error_stats
 from .int8_attention import int8_chunk_attention_reference, int8_chunk_attention_triton
@@ -67,6 +69,8 @@ def chunk_attention(
     )
     if triton:
         return chunk_attention_triton(q, kv, scale)
+    if q.device.type == "cuda" and kv.batch > 1:
+        return chunk_attention_padded(q, kv, scale)  # on a GPU the reference's launches are the cost
     return chunk_attention_reference(q, kv, scale)
 
 

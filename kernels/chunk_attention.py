@@ -35,6 +35,35 @@ def chunk_attention_reference(q: torch.Tensor, kv: KVLayout, scale: float | None
     return out
 
 
+def chunk_attention_padded(q: torch.Tensor, kv: KVLayout, scale: float | None = None) -> torch.Tensor:
+    """q (B, H, Nq, D) -> (B, H, Nq, D): one SDPA call over keys gathered to the longest length, masked.
+
+    For GPUs without Triton (or with STREAMER_KERNELS=reference): the reference makes B SDPA
+    launches and B copies, this one gather per K and V, one index copy and one SDPA. Padding
+    positions repeat the sample's own last key (masked out), so nothing outside what a sample
+    sees is read: a stale slot tail, even one holding NaN, cannot leak into the softmax.
+    Needs the layout's indices on the host (`index_device="cpu"`) and every length >= 1.
+    """
+    b = kv.batch
+    rows, starts, lengths = kv.rows.tolist(), kv.starts.tolist(), kv.lengths.tolist()
+    if min(lengths) < 1:
+        raise ValueError(f"padded attention needs every sample to see a key, got lengths {lengths}")
+    span = torch.arange(max(lengths))
+    n = torch.tensor(lengths)[:, None]
+    index = torch.stack([
+        torch.tensor(rows)[:, None].expand(b, span.shape[0]),  # slot row of each padded key
+        torch.tensor(starts)[:, None] + torch.minimum(span[None, :], n - 1),  # its position
+        (span[None, :] < n).long(),  # 1 where the key is real
+    ])  # fmt: skip
+    if q.device.type == "cuda":  # pinned + non_blocking: no wait for the GPU queue
+        index = index.pin_memory()
+    row, pos, real = index.to(q.device, non_blocking=True).unbind(0)
+    k = kv.k.transpose(1, 2)[row, pos].transpose(1, 2)  # (B, H, L, D)
+    v = kv.v.transpose(1, 2)[row, pos].transpose(1, 2)
+    mask = real.bool()[:, None, None, :]  # (B, 1, 1, L)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)
+
+
 class LaunchConfig(NamedTuple):
     block_m: int
     block_n: int

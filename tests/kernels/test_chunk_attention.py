@@ -4,10 +4,9 @@ import math
 
 import pytest
 import torch
-import torch.nn.functional as F
 
 import kernels
-from kernels.chunk_attention import chunk_attention_reference, chunk_attention_triton
+from kernels.chunk_attention import chunk_attention_padded, chunk_attention_reference, chunk_attention_triton
 from kernels.varlen import kv_layout
 
 from .conftest import needs_triton
@@ -82,22 +81,39 @@ def test_dispatch_forced_triton_runs_triton(monkeypatch):
 
 
 @pytest.mark.parametrize("case", CASES[1:3])
-def test_reference_matches_naive_softmax_and_padded_sdpa(case):
+def test_reference_matches_naive_softmax(case):
     b, h, nq, d, lengths = case
     q, k, v, slots = slotted_inputs(b, h, nq, d, lengths)
-    kv = kv_layout(q, k, v, slots=slots, lengths=lengths)
-    out = chunk_attention_reference(q, kv)
-
+    out = chunk_attention_reference(q, kv_layout(q, k, v, slots=slots, lengths=lengths))
     ks = [k[s, :, :n] for s, n in zip(slots, lengths, strict=True)]
     vs = [v[s, :, :n] for s, n in zip(slots, lengths, strict=True)]
     torch.testing.assert_close(out.double(), naive(q, ks, vs), rtol=1e-5, atol=1e-6)
 
-    # The padded batch + mask formulation the benchmark times against.
-    mask = torch.arange(max(lengths))[None, :] < torch.tensor(lengths)[:, None]  # (B, Lmax)
-    kpad = torch.stack([F.pad(x, (0, 0, 0, max(lengths) - x.shape[1])) for x in ks])
-    vpad = torch.stack([F.pad(x, (0, 0, 0, max(lengths) - x.shape[1])) for x in vs])
-    sdpa = F.scaled_dot_product_attention(q, kpad, vpad, attn_mask=mask[:, None, None, :])
-    torch.testing.assert_close(out, sdpa, rtol=1e-5, atol=1e-6)
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: f"B{c[0]}L{'-'.join(map(str, c[4]))}")
+@pytest.mark.parametrize("form", ["slotted", "packed"])
+def test_padded_matches_reference(case, form):
+    """The GPU's torch path (one masked SDPA over gathered keys) against the per-sample loop."""
+    b, h, nq, d, lengths = case
+    q, k, v, slots = slotted_inputs(b, h, nq, d, lengths)
+    if form == "packed":
+        k, v, cu = pack(k, v, slots, lengths)
+        kv = kv_layout(q, k, v, cu_seqlens=cu)
+    else:
+        kv = kv_layout(q, k, v, slots=slots, lengths=lengths)
+    torch.testing.assert_close(chunk_attention_padded(q, kv, 0.3), chunk_attention_reference(q, kv, 0.3),
+                               rtol=1e-5, atol=1e-6)  # fmt: skip
+
+
+def test_padded_never_reads_past_a_samples_keys():
+    """A stale slot tail holding NaN (e.g. left by a failed session) must not reach the softmax."""
+    lengths = [5, 40]
+    q, k, v, slots = slotted_inputs(2, 2, 8, 16, lengths)
+    want = chunk_attention_reference(q, kv_layout(q, k, v, slots=slots, lengths=lengths))
+    k[slots[0], :, lengths[0] :] = float("nan")
+    v[slots[0], :, lengths[0] :] = float("nan")
+    out = chunk_attention_padded(q, kv_layout(q, k, v, slots=slots, lengths=lengths))
+    torch.testing.assert_close(out, want, rtol=1e-5, atol=1e-6)
 
 
 def test_reference_packed_equals_slotted():

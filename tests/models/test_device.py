@@ -94,7 +94,12 @@ def test_cuda_without_cuda_is_a_clear_error(tmp_path):
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
-def test_cuda_model_matches_cpu_and_returns_to_the_cpu():
+@pytest.mark.parametrize("kernels", ["default", "reference"])
+def test_cuda_model_matches_cpu_and_returns_to_the_cpu(kernels, monkeypatch):
+    """Default dispatch: Triton attention. `reference`: the torch path, on a GPU one masked SDPA
+    over the batch (two sessions here) rather than the CPU's per-sample loop."""
+    if kernels == "reference":
+        monkeypatch.setenv("STREAMER_KERNELS", "reference")
     cpu, gpu = tiny_embedded(), tiny_embedded(device="cuda")
     assert gpu.new_pool(1).k.is_cuda
     # Plain fp32 convolutions (cuDNN may use TF32 by default), so only summation order differs.
@@ -102,7 +107,7 @@ def test_cuda_model_matches_cpu_and_returns_to_the_cpu():
         a, b = roll(cpu, chunks=2), roll(gpu, chunks=2)
     for x, y in zip(a["x0"], b["x0"], strict=True):
         assert y.device.type == "cpu" and y.dtype == torch.float32
-        torch.testing.assert_close(y, x, rtol=1e-3, atol=1e-3)  # Triton attention vs the SDPA loop
+        torch.testing.assert_close(y, x, rtol=1e-3, atol=1e-3)  # GPU attention vs the CPU's SDPA loop
     for x, y in zip(a["frames"], b["frames"], strict=True):
         assert y.device.type == "cpu" and y.dtype == torch.uint8
         diff = (x.int() - y.int()).abs()
