@@ -1,7 +1,7 @@
 """Which implementation a kernel call runs: the Triton kernel or its PyTorch reference.
 
-Default: Triton when it is installed and the tensors are on a CUDA device, the reference
-everywhere else (a CPU never takes the interpreter by default: it is 100-3000x slower), and
+Default: Triton when it is installed, the tensors are on a CUDA device and the call's shape
+is one where the kernel measured faster (`use_triton(..., pays=)`), the reference everywhere else (a CPU never takes the interpreter by default: it is 100-3000x slower), and
 the reference inside code that torch.compile traces (inductor compiles the reference's ops).
 `STREAMER_KERNELS=reference|triton` forces one. Forcing `triton` on CPU tensors needs
 `TRITON_INTERPRET=1` (Triton's interpreter, used by the tests); without it the call raises
@@ -54,13 +54,20 @@ def backend(device: torch.device | str | None = None) -> Choice:
     return Choice("triton", f"tensors on {dev} and Triton {triton_version()} installed")
 
 
-def use_triton(*tensors: torch.Tensor) -> bool:
+def use_triton(*tensors: torch.Tensor, pays: bool = True) -> bool:
     """Run the Triton kernel for this call? Never when autograd needs gradients through it:
     the kernels are forward-only (inference), the references are differentiable. Never while
     torch.compile traces the call either: inductor fuses the reference's torch ops with their
-    neighbours (and records them in its CUDA graphs), where a hand-written launch stays opaque."""
+    neighbours (and records them in its CUDA graphs), where a hand-written launch stays opaque.
+
+    `pays`: whether the call's shape is one where the kernel measured faster than the torch
+    path on a GPU (each kernel's caller decides, kernels/__init__.py). By default a call where
+    it does not pay takes the torch path; STREAMER_KERNELS=triton runs Triton whatever the shape.
+    """
     if torch.compiler.is_compiling():
         return False
     if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
         return False
-    return backend(tensors[0].device).name == "triton"
+    if backend(tensors[0].device).name != "triton":
+        return False
+    return pays or os.environ.get(ENV, "").strip().lower() == "triton"

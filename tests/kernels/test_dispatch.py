@@ -148,7 +148,7 @@ def test_indices_stay_on_the_host_for_the_references(monkeypatch, triton):
         seen["rows"], seen["lengths"] = kv.rows.device.type, kv.lengths.device.type
         return q
 
-    monkeypatch.setattr(kernels, "use_triton", lambda *t: triton)
+    monkeypatch.setattr(kernels, "use_triton", lambda *t, **kw: triton)
     monkeypatch.setattr(kernels, "chunk_attention_triton" if triton else "chunk_attention_reference", record)
     q, k = torch.empty(2, 1, 4, 16, device="meta"), torch.empty(3, 1, 8, 16, device="meta")
     kernels.chunk_attention(q, k, k, slots=[2, 0], lengths=[5, 8])
@@ -171,3 +171,43 @@ def test_code_under_torch_compile_takes_the_reference(monkeypatch):
     compiled = torch.compile(lambda a, b: kernels.modulate(a, b, b), backend="eager", fullgraph=True)
     torch.testing.assert_close(compiled(x, vec), kernels.modulate_reference(x, vec, vec))
     assert calls == [1]
+
+
+def test_default_dispatch_takes_triton_only_where_it_measured_faster(monkeypatch):
+    """With Triton available for the tensors (stood in for a GPU), attention takes it for several
+    sessions' short chunks only, the modulations for large activations only; forcing Triton
+    takes it for every shape."""
+    monkeypatch.setattr(kernels.dispatch, "backend", lambda device=None: kernels.Choice("triton", "a GPU"))
+    ran: list[str] = []
+
+    def spy(name):
+        def run(q, *args, **kwargs):
+            ran.append(name)
+            return q
+
+        return run
+
+    for name in ("chunk_attention_triton", "modulate_triton", "gated_residual_triton"):
+        monkeypatch.setattr(kernels, name, spy(name))
+
+    def attention(b, nq):
+        q, k = torch.randn(b, 1, nq, 16), torch.randn(b, 1, 8, 16)
+        kernels.chunk_attention(q, k, k, slots=list(range(b)), lengths=[8] * b)
+
+    def modulations(numel):
+        x, vec = torch.zeros(1, 1, numel // 16, 16), torch.zeros(1, 1, 1, 16)
+        kernels.modulate(x, vec, vec)
+        kernels.gated_residual(x, vec, x)
+
+    attention(1, 4)  # a batch of one: SDPA
+    attention(2, kernels.ATTENTION_TRITON_MAX_QUERIES + 1)  # long chunks: SDPA
+    modulations(kernels.MODULATION_TRITON_MIN_ELEMENTS // 2)
+    assert ran == []
+    attention(2, 4)
+    modulations(kernels.MODULATION_TRITON_MIN_ELEMENTS)
+    assert ran == ["chunk_attention_triton", "modulate_triton", "gated_residual_triton"]
+    ran.clear()
+    monkeypatch.setenv("STREAMER_KERNELS", "triton")
+    attention(1, 4)
+    modulations(16)
+    assert ran == ["chunk_attention_triton", "modulate_triton", "gated_residual_triton"]
