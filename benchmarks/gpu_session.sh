@@ -4,6 +4,8 @@
 #   bash benchmarks/gpu_session.sh wheels   # on a machine with PyPI: the packages the GPU image
 #                                           # lacks, as wheels in .whl/ (git-ignored)
 #   bash benchmarks/gpu_session.sh          # on the GPU machine, with .whl/ carried beside the tree
+#   bash benchmarks/gpu_session.sh engine8 wan   # only these steps (names below), e.g. a second
+#                                                # call with what the lease has left
 #
 # The GPU machine has no network and no copy of .venv: it runs its own python3 (torch with CUDA,
 # Triton, numpy, safetensors, prometheus-client, transformers, pytest) with the repository on
@@ -11,15 +13,17 @@
 # engine, diffusers for the Wan benchmark). Nothing is built and nothing is downloaded there.
 #
 # Steps, in order, each with its own timeout, each run whatever the one before returned:
-#   device tests      tests/models/test_device.py (the CUDA model against the CPU model)
+#   device            tests/models/test_device.py (the CUDA model against the CPU model)
 #   kernels           benchmarks/kernels_gpu.py --quick
-#   engine 8          benchmarks/engine.py --device cuda --quick --fps-for-sessions 10 (8 sessions at
+#   engine8           benchmarks/engine.py --device cuda --quick --fps-for-sessions 10 (8 sessions at
 #                     the rate 10 share, batched vs baseline: the issue's GPU goal), 10 s windows,
-#                     twice: with the default dispatch (Triton) and with STREAMER_KERNELS=reference
-#   engine 8 graphs   the same with --compile reduce-overhead (inductor + CUDA graphs of the maths)
+#                     with the default dispatch
+#   engine8-spin      the same with --idle-spin 0.02 (the model thread polls between steps)
+#   engine8-reference the same with STREAMER_KERNELS=reference
+#   engine8-graphs    the same with --compile reduce-overhead (inductor + CUDA graphs of the maths)
 #   overhead          benchmarks/engine_overhead.py --device cuda: one stream flat out, engine
 #                     against calibration (where a step's time goes besides the model)
-#   engine sweep      benchmarks/engine.py --device cuda --fps-for-sessions 8, 1, 2, 4, 8, 16
+#   sweep             benchmarks/engine.py --device cuda --fps-for-sessions 8, 1, 2, 4, 8, 16
 #                     sessions, windows sized to the time left -> benchmarks/results/engine_gpu.json
 #   wan               benchmarks/wan_gpu.py --quick --text-encoder small (Wan2.1-1.3B shapes,
 #                     random bf16 weights: no checkpoint needed)
@@ -57,6 +61,8 @@ SITE=${GPU_SESSION_SITE:-/tmp/site}
 export PYTHONUNBUFFERED=1
 
 left() { echo $(( START + BUDGET - $(date +%s) )); }
+STEPS=" ${*:-device kernels engine8 engine8-spin engine8-reference engine8-graphs overhead sweep wan} "
+want() { [[ $STEPS == *" $1 "* ]]; }
 
 # step NAME MAX_SECONDS CMD...: run CMD with a timeout of min(MAX_SECONDS, time left), output to
 # the log; one line per step in the summary. Returns CMD's status (124: timed out; 99: no time).
@@ -96,23 +102,28 @@ else
   export PYTHONPATH=$ROOT
 fi
 
-step "device tests" 60 "$PY" -m pytest -q -p no:cacheprovider tests/models/test_device.py
-step "kernels" 100 "$PY" benchmarks/kernels_gpu.py --quick --out benchmarks/results/kernels_gpu.json
+want device && step "device tests" 60 "$PY" -m pytest -q -p no:cacheprovider tests/models/test_device.py
+want kernels && step "kernels" 100 "$PY" benchmarks/kernels_gpu.py --quick --out benchmarks/results/kernels_gpu.json
 
 # 8 sessions at the rate 10 share: session 14's one-user rate (9 fps) left the batched scheduler
 # room for one session, and the rate 8 share exactly admitted 5-6: on a virtual clock with that
 # run's calibration, batches 10 % slower than calibrated refuse 1 of 8, 20 % slower 3 (both
 # hosts have timed 10-30 % off their start-up calibration). Both dispatch choices, same windows.
 EIGHT=(--device cuda --quick --json --fps-for-sessions 10 --seconds 10 --saturated-seconds 4)
-step "engine 8, default kernels" 90 "$PY" benchmarks/engine.py "${EIGHT[@]}" --out benchmarks/results/engine_gpu_8s.json
-STREAMER_KERNELS=reference step "engine 8, torch kernels" 90 "$PY" benchmarks/engine.py "${EIGHT[@]}" \
-  --out benchmarks/results/engine_gpu_8s_reference.json
+want engine8 && step "engine 8, default kernels" 90 "$PY" benchmarks/engine.py "${EIGHT[@]}" \
+  --out benchmarks/results/engine_gpu_8s.json
+# Session 15's batches took 1.1-2x their calibration where the engine idled between steps
+# (paced runs), 1.1x flat out: does keeping the model thread on its core close that gap?
+want engine8-spin && step "engine 8, idle spin" 90 "$PY" benchmarks/engine.py "${EIGHT[@]}" --idle-spin 0.02 \
+  --out benchmarks/results/engine_gpu_8s_spin.json
+want engine8-reference && STREAMER_KERNELS=reference step "engine 8, torch kernels" 90 "$PY" benchmarks/engine.py \
+  "${EIGHT[@]}" --out benchmarks/results/engine_gpu_8s_reference.json
 # Inductor-compiled maths recorded as CUDA graphs (the compiled regions take the torch
 # references; the attention between them stays eager, on the default dispatch): session 14's
 # steps were launch-bound, and plain --compile left them where they were.
-step "engine 8, compiled reduce-overhead" 150 "$PY" benchmarks/engine.py "${EIGHT[@]}" --compile reduce-overhead \
+want engine8-graphs && step "engine 8, compiled reduce-overhead" 150 "$PY" benchmarks/engine.py "${EIGHT[@]}" --compile reduce-overhead \
   --out benchmarks/results/engine_gpu_8s_cudagraphs.json
-step "overhead" 60 "$PY" benchmarks/engine_overhead.py --device cuda --seconds 10 --json \
+want overhead && step "overhead" 60 "$PY" benchmarks/engine_overhead.py --device cuda --seconds 10 --json \
   --out benchmarks/results/engine_overhead_gpu.json
 
 # The sweep gets the time left after keeping 80 s for Wan, at most 180 s: 10 runs (5 session
@@ -122,7 +133,9 @@ step "overhead" 60 "$PY" benchmarks/engine_overhead.py --device cuda --seconds 1
 sweep=$(( $(left) - 80 ))
 (( sweep > 180 )) && sweep=180
 per_run=$(( (sweep - 40) / 10 ))
-if (( per_run >= 8 )); then
+if ! want sweep; then
+  :
+elif (( per_run >= 8 )); then
   paced=$(( per_run * 3 / 4 )) flat=$(( per_run / 4 ))
   step "engine sweep" "$sweep" "$PY" benchmarks/engine.py --device cuda --json --fps-for-sessions 8 \
     --sessions 1 2 4 8 16 --seconds "$paced" --saturated-seconds "$flat" --out benchmarks/results/engine_gpu.json
@@ -130,7 +143,7 @@ else
   echo "engine sweep: skipped, ${sweep} s left for it" | tee -a "$SUMMARY"
 fi
 
-step "wan" 120 "$PY" benchmarks/wan_gpu.py --quick --text-encoder small --out benchmarks/results/wan_gpu.json
+want wan && step "wan" 120 "$PY" benchmarks/wan_gpu.py --quick --text-encoder small --out benchmarks/results/wan_gpu.json
 
 # One archive of every result this run wrote ($OUT takes at most 8 files); unpack it here with
 # tar -xf results.tar (the paths inside are benchmarks/results/...).

@@ -48,8 +48,13 @@ def test_compiled_blocks_equal_eager_blocks_across_batch_sizes_and_cache_lengths
     graphs = counters["stats"]["unique_graphs"]
     got = staggered_rollout(comp)
     assert counters["stats"]["unique_graphs"] > graphs  # the blocks did run compiled
-    for g, want in zip(got, staggered_rollout(eager), strict=True):
+    *latents, frames = got
+    *want_latents, want_frames = staggered_rollout(eager)
+    for g, want in zip(latents, want_latents, strict=True):
         torch.testing.assert_close(g, want, rtol=TOL, atol=TOL)
+    # uint8 frames: a 1e-4 difference next to a rounding boundary flips one level (seen once in
+    # 18,432 values on one host), so one level is the tolerance there.
+    torch.testing.assert_close(frames, want_frames, rtol=0, atol=1)
 
 
 def test_compile_without_a_cpp_compiler_is_a_clear_error(monkeypatch):

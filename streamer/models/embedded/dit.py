@@ -218,6 +218,7 @@ class CausalDiT(nn.Module):
         self.pooled_proj = nn.Linear(d, d)
         self.rope = RoPE3D(cfg.head_dim, cfg.latent_size // cfg.patch, cfg.max_frames)
         self._blocks = [Block(cfg) for _ in range(cfg.depth)]
+        self._cuda_graphs = False  # compile_blocks("reduce-overhead") records the maths as CUDA graphs
         self.blocks = nn.ModuleList(self._blocks)
         self.ada_out = nn.Linear(d, 2 * d)
         self.patch_out = nn.Linear(d, pd)
@@ -229,6 +230,7 @@ class CausalDiT(nn.Module):
         """torch.compile every block's maths (Block.compile_maths); for inference."""
         for blk in self.blocks_list():
             blk.compile_maths(mode)
+        self._cuda_graphs = mode == "reduce-overhead"
 
     @property
     def compiled(self) -> bool:
@@ -273,6 +275,13 @@ class CausalDiT(nn.Module):
         x0 = x - t * v. A `runner` (e.g. streamer/cache/step_cache.py) may decide per sample
         which blocks to run; by default every block runs on every sample.
         """
+        if self._cuda_graphs:
+            # One forward is one step of inductor's CUDA graph trees: without the mark, a graph's
+            # outputs (a block's modulations, read by its second half) may count as overwritten
+            # by the next replay, which is what the first GPU run of this mode raised. Nothing
+            # a graph returns outlives the forward: the KV pool and the output are copies (step
+            # reuse, which keeps block outputs across steps, runs on CPUs only).
+            torch.compiler.cudagraph_mark_step_begin()
         tokens = self.patch_in(self.patchify(x))  # (B, T, P, D)
         c = (
             self.time_mlp(timestep_embedding(t, 256))
