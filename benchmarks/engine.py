@@ -167,8 +167,8 @@ async def drive(engine: Engine, sessions: int, seconds: float, stagger: float, s
 
 
 async def run_mode(model, mode: str, sessions: int, seconds: float, fps: float, stagger: float,
-                   calibration: Calibration, caching: dict, idle_spin_s: float = 0.0) -> dict:  # fmt: skip
-    cfg = EngineConfig(max_sessions=max(sessions, 1), scheduler=mode, fps=fps, idle_spin_s=idle_spin_s, **caching)
+                   calibration: Calibration, caching: dict) -> dict:  # fmt: skip
+    cfg = EngineConfig(max_sessions=max(sessions, 1), scheduler=mode, fps=fps, **caching)
     engine = Engine(model, cfg, calibration=calibration)
     d = await drive(engine, sessions, seconds, stagger)
     recs, stats, wall, t0 = d["recs"], d["stats"], d["wall"], d["t0"]
@@ -247,8 +247,6 @@ def main() -> int:
     ap.add_argument("--compile", nargs="?", const="default", default=None, choices=COMPILE_MODES, metavar="MODE",
                     help="torch.compile the embedded model's blocks (docs/model.md, Compiled blocks), in torch.compile's "
                          f"MODE ({', '.join(COMPILE_MODES)}; default: default; reduce-overhead: CUDA graphs, GPU only)")
-    ap.add_argument("--idle-spin", type=float, default=0.0, metavar="SECONDS",
-                    help="the engine's idle_spin_s in the paced runs: poll, not block, this long before a step is due")
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
     caching = {"step_reuse": args.step_reuse, "commit_reuse": args.commit_reuse}
@@ -297,7 +295,6 @@ def main() -> int:
         "caching": caching,
         "compiled": args.compile is not None,
         "compile_mode": args.compile,
-        "idle_spin_s": args.idle_spin,
         "seconds_per_mode": seconds,
         "saturated_seconds_per_mode": saturated_s,
         "sessions_planned": sessions,
@@ -306,7 +303,7 @@ def main() -> int:
     runs: list[dict] = result["runs"]
     for n in sessions:
         for mode in ("deadline", "serial"):
-            r = asyncio.run(run_mode(model, mode, n, seconds, fps, args.stagger, calibration, caching, args.idle_spin))
+            r = asyncio.run(run_mode(model, mode, n, seconds, fps, args.stagger, calibration, caching))
             r["saturated_fps"], r["saturated_caching_stats"] = asyncio.run(
                 saturated_fps(model, mode, n, saturated_s, calibration, caching))
             set_mfu(r, fpf, peak)  # against the start's peak until the end's is measured

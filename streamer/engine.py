@@ -60,10 +60,6 @@ class EngineConfig:
     # justify either yet. The model rejects one it does not support when the engine is built.
     step_reuse: float | None = None  # step-reuse threshold; None: every step runs every block
     commit_reuse: bool = False
-    # Seconds before a session's next step is due during which the model thread polls (stays on
-    # its core) instead of blocking. 0: block. An experiment for GPUs, where a step is host-bound:
-    # batches measured 1.1-2x their calibration when the engine had idle gaps (docs/benchmarks.md).
-    idle_spin_s: float = 0.0
     default_prompt: str = "a red ball moving right on grass"
 
     def __post_init__(self) -> None:
@@ -281,12 +277,7 @@ class Engine:
             metrics.SCHEDULER_SECONDS.labels("schedule").observe(time.perf_counter() - planning)
             if plan is None:
                 nxt = self.scheduler.next_release(now)
-                if nxt is not None and nxt - now <= self.cfg.idle_spin_s:
-                    self._drain_commands(0)
-                    time.sleep(0)  # hand the GIL to the event loop, but keep the core
-                else:
-                    wait = 0.05 if nxt is None else min(max(nxt - now - self.cfg.idle_spin_s, 0.0), 0.05)
-                    self._drain_commands(wait)
+                self._drain_commands(0.05 if nxt is None else min(max(nxt - now, 0.0), 0.05))
                 continue
             self._run_plan(plan)
 
