@@ -38,8 +38,8 @@ def chunk_attention_reference(q: torch.Tensor, kv: KVLayout, scale: float | None
 def chunk_attention_padded(q: torch.Tensor, kv: KVLayout, scale: float | None = None) -> torch.Tensor:
     """q (B, H, Nq, D) -> (B, H, Nq, D): one SDPA call over keys gathered to the longest length, masked.
 
-    For GPUs without Triton (or with STREAMER_KERNELS=reference): the reference makes B SDPA
-    launches and B copies, this one gather per K and V, one index copy and one SDPA. Padding
+    For a GPU where Triton does not run (absent, or STREAMER_KERNELS=reference): the reference
+    makes B SDPA launches and B copies, this one gather per K and V, one index copy and one SDPA. Padding
     positions repeat the sample's own last key (masked out), so nothing outside what a sample
     sees is read: a stale slot tail, even one holding NaN, cannot leak into the softmax.
     Needs the layout's indices on the host (`index_device="cpu"`) and every length >= 1.

@@ -1,8 +1,9 @@
 """Which implementation a kernel call runs: the Triton kernel or its PyTorch reference.
 
 Default: Triton when it is installed, the tensors are on a CUDA device and the call's shape
-is one where the kernel measured faster (`use_triton(..., pays=)`), the reference everywhere else (a CPU never takes the interpreter by default: it is 100-3000x slower), and
-the reference inside code that torch.compile traces (inductor compiles the reference's ops).
+is one where the kernel measured faster (`use_triton(..., pays=)`); the reference everywhere
+else (a CPU never takes the interpreter by default: it is 100-3000x slower), and inside code
+that torch.compile traces (inductor compiles the reference's ops).
 `STREAMER_KERNELS=reference|triton` forces one. Forcing `triton` on CPU tensors needs
 `TRITON_INTERPRET=1` (Triton's interpreter, used by the tests); without it the call raises
 instead of failing deep inside Triton with "0 active drivers". Whatever the choice, a call
