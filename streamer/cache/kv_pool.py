@@ -153,8 +153,8 @@ class CacheBatch:
                 vc[slot, :, start:end] = v[i]
         for slot in self.slots:
             self.pool.scratch_denoised[slot] = not self.commit
-        # Variable-length attention straight from the pool's layout (kernels/: Triton on CUDA,
-        # a per-sample SDPA loop over views elsewhere); no gather, no padding.
+        # Variable-length attention over the pool's layout (kernels/: on a GPU Triton, or one
+        # masked SDPA, for several sessions; elsewhere a per-sample SDPA loop over views).
         return kernels.chunk_attention(q, kc, vc, slots=self.slots, lengths=self._lengths)
 
     def scatter(self, cache: torch.Tensor, new: torch.Tensor) -> None:

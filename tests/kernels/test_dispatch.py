@@ -1,4 +1,4 @@
-"""Dispatch: the reference on CPU unless forced, Triton on CUDA, and `import kernels` without Triton."""
+"""Dispatch: the reference on CPU unless forced, Triton on CUDA where it pays, and `import kernels` without Triton."""
 
 import os
 import subprocess
