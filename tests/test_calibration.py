@@ -37,6 +37,24 @@ def test_every_size_warms_up_then_is_timed_in_interleaved_rounds() -> None:
     assert pool.free_slots == 8
 
 
+class RecordingModel(CountingModel):
+    """As a model whose compiled maths are recorded as CUDA graphs per batch size."""
+
+    records_batch_sizes = True
+
+
+def test_a_model_that_records_batch_sizes_meets_every_size_at_start_up() -> None:
+    """Sizes the engine may batch but the calibration does not time (3, 5, 6, 7) still run, twice
+    (a warm-up and a recording call), so none is first recorded while serving."""
+    model = RecordingModel()
+    table = calibrate(model, model.new_pool(8), steps=4, repeats=1, warmup=2)  # type: ignore[arg-type]
+    assert sorted({b for _, b in table}) == [1, 2, 4, 8]  # timed: the same as any model
+    assert model.denoised[:12] == [1, 2, 4, 8] * 2 + [3, 3, 5, 5]
+    assert sorted(set(model.denoised)) == list(range(1, 9))
+    assert all(model.denoised.count(b) == 2 for b in (3, 5, 6, 7))
+    assert CountingModel().records_batch_sizes is False  # the tiny model records nothing
+
+
 def test_steps_are_timed_at_the_schedules_first_time() -> None:
     # t = 1 is guided whenever any step is (guidance_min_t guides the high-noise steps), so a
     # partly guided schedule is timed at its dearer step, never at a cheap unguided one.

@@ -236,6 +236,11 @@ class CausalDiT(nn.Module):
     def compiled(self) -> bool:
         return any(blk._compiled is not None for blk in self.blocks_list())
 
+    @property
+    def records_cuda_graphs(self) -> bool:
+        """compile_blocks("reduce-overhead"): each batch size's maths is recorded on its first calls."""
+        return self._cuda_graphs
+
     def blocks_list(self) -> list[Block]:
         """The blocks, typed (ModuleList items are plain Modules to mypy)."""
         return self._blocks

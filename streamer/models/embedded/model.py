@@ -103,6 +103,10 @@ class EmbeddedModel:
     def compute_dtype(self) -> torch.dtype:
         return DTYPES[self.precision]
 
+    @property
+    def records_batch_sizes(self) -> bool:
+        return self.dit.records_cuda_graphs
+
     def to(self, device: str | torch.device) -> EmbeddedModel:
         """Move the weights to `device` (a pool made earlier stays where it was made).
 

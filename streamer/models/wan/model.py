@@ -118,6 +118,10 @@ class WanCausalModel:
     def compute_dtype(self) -> torch.dtype:
         return self.net.dtype
 
+    @property
+    def records_batch_sizes(self) -> bool:
+        return False
+
     # -- the model contract -------------------------------------------------------------------
     def new_pool(self, num_slots: int) -> StreamCachePool:
         return StreamCachePool(self.layout, num_slots, self.net.dtype, self.device, self._forget)
