@@ -130,13 +130,11 @@ want overhead && step "overhead" 60 "$PY" benchmarks/engine_overhead.py --device
 sweep=$(( $(left) - 80 ))
 (( sweep > 180 )) && sweep=180
 per_run=$(( (sweep - 40) / 10 ))
-if ! want sweep; then
-  :
-elif (( per_run >= 8 )); then
+if want sweep && (( per_run >= 8 )); then
   paced=$(( per_run * 3 / 4 )) flat=$(( per_run / 4 ))
   step "engine sweep" "$sweep" "$PY" benchmarks/engine.py --device cuda --json --fps-for-sessions 8 \
     --sessions 1 2 4 8 16 --seconds "$paced" --saturated-seconds "$flat" --out benchmarks/results/engine_gpu.json
-else
+elif want sweep; then
   echo "engine sweep: skipped, ${sweep} s left for it" | tee -a "$SUMMARY"
 fi
 

@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 
 from ._triton import cdiv, interpreting, jit, next_pow2, tl
-from .varlen import KVLayout
+from .varlen import KVLayout, host_to
 
 LOG2E = 1.4426950408889634
 
@@ -55,9 +55,7 @@ def chunk_attention_padded(q: torch.Tensor, kv: KVLayout, scale: float | None = 
         torch.tensor(starts)[:, None] + torch.minimum(span[None, :], n - 1),  # its position
         (span[None, :] < n).long(),  # 1 where the key is real
     ])  # fmt: skip
-    if q.device.type == "cuda":  # pinned + non_blocking: no wait for the GPU queue
-        index = index.pin_memory()
-    row, pos, real = index.to(q.device, non_blocking=True).unbind(0)
+    row, pos, real = host_to(index, q.device).unbind(0)
     k = kv.k.transpose(1, 2)[row, pos].transpose(1, 2)  # (B, H, L, D)
     v = kv.v.transpose(1, 2)[row, pos].transpose(1, 2)
     mask = real.bool()[:, None, None, :]  # (B, 1, 1, L)

@@ -46,17 +46,21 @@ class KVLayout:
                 yield b, self.k[r, :, s : s + n], self.v[r, :, s : s + n]
 
 
+def host_to(host: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """A host tensor (indices built from Python ints) on `device`. To a GPU it goes pinned and
+    non-blocking: a plain copy from pageable memory waits for the GPU queue to drain."""
+    if device.type == "cuda":
+        return host.pin_memory().to(device, non_blocking=True)
+    return host.to(device)
+
+
 def _ints(x: IntsLike, device: torch.device, name: str) -> torch.Tensor:
     if isinstance(x, torch.Tensor):
         if x.dim() != 1 or x.dtype.is_floating_point:
             raise ValueError(f"{name} must be a 1-D integer tensor, got {tuple(x.shape)} {x.dtype}")
         # A tensor stays where it is when the host is asked for: moving it would be the sync.
         return x.to(dtype=torch.int32) if device.type == "cpu" else x.to(device=device, dtype=torch.int32)
-    host = torch.tensor(list(x), dtype=torch.int32)
-    if device.type == "cuda":
-        # Pinned + non_blocking: a plain copy from a Python list would wait for the GPU queue.
-        return host.pin_memory().to(device, non_blocking=True)
-    return host.to(device)
+    return host_to(torch.tensor(list(x), dtype=torch.int32), device)
 
 
 def kv_layout(

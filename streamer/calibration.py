@@ -60,16 +60,17 @@ def calibrate(
         def cond(b: int) -> Conditioning:
             return Conditioning([prompt] * b, torch.zeros(b, f, dtype=torch.int64), torch.zeros(b, f, spec.control_dim))
 
+        # The schedule's first time: a model that guides only its high-noise steps guides that
+        # one, so a partly guided schedule is over- rather than under-estimated (admission errs
+        # safe) and the cost model learns the real mix of steps online.
+        first_t = spec.schedule(steps)[0]
         fill = (spec.sink_frames + spec.window_frames) // f
         for _ in range(fill):
             model.commit(torch.randn(limit, *spec.latent_shape), cond(limit), pool.batch(slots, commit=True))
         calls: dict[tuple[str, int], Callable[[], None]] = {}
         for b in _sizes(limit):
             x = torch.randn(b, *spec.latent_shape)  # (B, F, C, h, w)
-            # The schedule's first time: a model that guides only its high-noise steps guides that
-            # one, so a partly guided schedule is over- rather than under-estimated (admission errs
-            # safe) and the cost model learns the real mix of steps online.
-            t = torch.full((b,), spec.schedule(steps)[0])
+            t = torch.full((b,), first_t)
             c, batch = cond(b), slots[:b]
             # A new input for every call: a step cache (streamer/cache/step_cache.py) would serve
             # a repeat from its cache, and the calibration would time the cheap path.
@@ -93,8 +94,7 @@ def calibrate(
             for b in sorted(set(range(1, limit + 1)) - set(_sizes(limit))):
                 inputs = iter(torch.randn(2, b, *spec.latent_shape))
                 for _ in range(2):
-                    model.denoise(next(inputs), torch.full((b,), spec.schedule(steps)[0]), cond(b),
-                                  pool.batch(slots[:b]))  # fmt: skip
+                    model.denoise(next(inputs), torch.full((b,), first_t), cond(b), pool.batch(slots[:b]))
                     finish_chunk(model, pool, slots[:b], torch.randn(b, *spec.latent_shape), cond(b))
         samples: dict[tuple[str, int], list[float]] = {key: [] for key in calls}
         for _ in range(repeats):

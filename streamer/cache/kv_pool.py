@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import torch
 
 import kernels
+from kernels.varlen import host_to
 
 
 class PoolFull(RuntimeError):
@@ -163,9 +164,7 @@ class CacheBatch:
         if self._scatter_index is None:  # the pool's device, so the same for every layer
             rows = torch.tensor(self.slots)[:, None]  # (B, 1)
             cols = torch.tensor(self._starts)[:, None] + torch.arange(new.shape[2])[None, :]  # (B, F*P)
-            if cache.device.type == "cuda":  # pinned + non_blocking: no wait for the GPU queue
-                rows, cols = rows.pin_memory(), cols.pin_memory()
-            self._scatter_index = (rows.to(cache.device, non_blocking=True), cols.to(cache.device, non_blocking=True))
+            self._scatter_index = (host_to(rows, cache.device), host_to(cols, cache.device))
         rows, cols = self._scatter_index
         cache.transpose(1, 2)[rows, cols] = new.transpose(1, 2)  # (B, F*P, H, Dh) at [slot, token]
 
