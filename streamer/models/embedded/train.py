@@ -222,6 +222,15 @@ def dit_loss(dit: CausalDiT, data: dict[str, torch.Tensor], cfg: EmbeddedConfig)
     return ((v - (noise - x0)) ** 2 * weight).sum() / (weight.sum() * v[0, 0].numel()).clamp(min=1)
 
 
+def data_streams(seed: int, step: int) -> np.random.Generator:
+    """The clip stream (returned) and the noise stream (torch's global generator, seeded here) of a
+    run that starts at `step`. Both depend on the step: a run warm-started from step N's weights
+    trains on clips and noise that the runs before it did not draw. (Until session 16 every
+    warm start replayed the first run's stream from its first batch.)"""
+    torch.manual_seed(seed * 1_000_003 + step)
+    return np.random.default_rng([seed + 1, step])
+
+
 def train_dit(model: EmbeddedModel, run: Path, steps: int, batch: int, seed: int,
               minutes_per_ckpt: float, export: Path, lr: float, cooldown: int = 0,
               loss_fn: Callable[[CausalDiT, dict[str, torch.Tensor]], torch.Tensor] | None = None,
@@ -240,7 +249,7 @@ def train_dit(model: EmbeddedModel, run: Path, steps: int, batch: int, seed: int
         p.requires_grad_(False)
     opt = torch.optim.AdamW(dit.parameters(), lr=lr, weight_decay=0.01, betas=(0.9, 0.99))
     ckpt_path, log_path = run / "dit.pt", run / "dit_log.jsonl"
-    step, rng = 0, np.random.default_rng(seed + 1)
+    step, rng = 0, data_streams(seed, 0)
     fresh_opt_step = 0  # the learning rate ramps up over the first steps of a fresh optimiser
     if ckpt_path.exists():
         ck = torch.load(ckpt_path, weights_only=False)
@@ -248,6 +257,8 @@ def train_dit(model: EmbeddedModel, run: Path, steps: int, batch: int, seed: int
         ema.load_state_dict(ck["ema"])
         opt.load_state_dict(ck["opt"])
         step, rng = ck["step"], ck["rng"]
+        if "torch_rng" in ck:  # checkpoints before session 16 did not keep the noise stream
+            torch.set_rng_state(ck["torch_rng"])
     elif (export / "embedded.safetensors").exists() and (export / "dit_step.json").exists():
         # Warm start across work sessions from the committed EMA weights (no optimiser state).
         shipped_record = json.loads((export / "dit_step.json").read_text())
@@ -259,6 +270,7 @@ def train_dit(model: EmbeddedModel, run: Path, steps: int, batch: int, seed: int
         dit.load_state_dict(shipped.dit.state_dict())
         ema.load_state_dict(shipped.dit.state_dict())
         step = fresh_opt_step = shipped_record["step"]
+        rng = data_streams(seed, step)
     dit.train()
     sampler = ClipSampler(model, rng)
     last_ckpt, t_start = time.monotonic(), time.monotonic()
@@ -289,7 +301,7 @@ def train_dit(model: EmbeddedModel, run: Path, steps: int, batch: int, seed: int
         if time.monotonic() - last_ckpt > 60 * minutes_per_ckpt or step == steps:
             sampler.rng = rng  # same generator object; stored for resume
             torch.save({"dit": dit.state_dict(), "ema": ema.state_dict(), "opt": opt.state_dict(),
-                        "step": step, "rng": rng}, ckpt_path)
+                        "step": step, "rng": rng, "torch_rng": torch.get_rng_state()}, ckpt_path)
             with log_path.open("a") as fh:
                 fh.write(json.dumps({"stage": run_stage, "step": step,
                                      "loss": float(np.mean(losses[-100:])),
