@@ -52,14 +52,14 @@ def test_training_script_runs_checkpoints_and_resumes(tmp_path):
     assert Image.open(sheets[-1]).size == (8 * 32, 5 * (32 + 12))
 
 
-def tiny_run(tmp_path, run: str, steps: int) -> None:
+def tiny_run(tmp_path, run: str, steps: int, *flags: str) -> None:
     """Base training of the tiny config in run dir `run`, exporting to tmp_path/export."""
     if not (tmp_path / "tiny.json").exists():
         tmp_path.mkdir(parents=True, exist_ok=True)
         tiny_embedded().cfg.save(tmp_path / "tiny.json")
     main(["--run-dir", str(tmp_path / run), "--export", str(tmp_path / "export"), "--ae-steps", "2",
           "--config", str(tmp_path / "tiny.json"), "--batch", "2", "--threads", "1", "--ckpt-minutes", "0",
-          "--dit-steps", str(steps)])
+          "--dit-steps", str(steps), *flags])
 
 
 def test_a_warm_start_trains_on_clips_the_runs_before_it_did_not_draw(tmp_path, monkeypatch):
@@ -89,10 +89,7 @@ def test_resuming_from_the_checkpoint_continues_both_random_streams(tmp_path):
 
 
 def test_cooldown_brings_the_learning_rate_down_to_the_last_step(tmp_path):
-    tiny_embedded().cfg.save(tmp_path / "tiny.json")
-    main(["--run-dir", str(tmp_path / "run"), "--export", str(tmp_path / "export"), "--ae-steps", "2",
-          "--config", str(tmp_path / "tiny.json"), "--batch", "2", "--threads", "1", "--ckpt-minutes", "0",
-          "--dit-steps", "4", "--cooldown-steps", "4", "--lr", "1e-3"])
+    tiny_run(tmp_path, "run", 4, "--cooldown-steps", "4", "--lr", "1e-3")
     opt = torch.load(tmp_path / "run" / "dit.pt", weights_only=False)["opt"]
     # The rate of the last step taken: warm-up factor 4/200, cool-down factor 1/4.
     assert opt["param_groups"][0]["lr"] == pytest.approx(1e-3 * (4 / 200) * (1 / 4))

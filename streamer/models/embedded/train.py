@@ -227,8 +227,9 @@ def data_streams(seed: int, step: int) -> np.random.Generator:
     run that starts at `step`. Both depend on the step: a run warm-started from step N's weights
     trains on clips and noise that the runs before it did not draw. (Until session 16 every
     warm start replayed the first run's stream from its first batch.)"""
-    torch.manual_seed(seed * 1_000_003 + step)
-    return np.random.default_rng([seed + 1, step])
+    rng = np.random.default_rng([seed + 1, step])
+    torch.manual_seed(int(rng.integers(2**62)))
+    return rng
 
 
 def train_dit(model: EmbeddedModel, run: Path, steps: int, batch: int, seed: int,
@@ -249,16 +250,13 @@ def train_dit(model: EmbeddedModel, run: Path, steps: int, batch: int, seed: int
         p.requires_grad_(False)
     opt = torch.optim.AdamW(dit.parameters(), lr=lr, weight_decay=0.01, betas=(0.9, 0.99))
     ckpt_path, log_path = run / "dit.pt", run / "dit_log.jsonl"
-    step, rng = 0, data_streams(seed, 0)
-    fresh_opt_step = 0  # the learning rate ramps up over the first steps of a fresh optimiser
-    if ckpt_path.exists():
-        ck = torch.load(ckpt_path, weights_only=False)
+    step = fresh_opt_step = 0  # the learning rate ramps up over the first steps of a fresh optimiser
+    ck = torch.load(ckpt_path, weights_only=False) if ckpt_path.exists() else None
+    if ck is not None:
         dit.load_state_dict(ck["dit"])
         ema.load_state_dict(ck["ema"])
         opt.load_state_dict(ck["opt"])
-        step, rng = ck["step"], ck["rng"]
-        if "torch_rng" in ck:  # checkpoints before session 16 did not keep the noise stream
-            torch.set_rng_state(ck["torch_rng"])
+        step = ck["step"]
     elif (export / "embedded.safetensors").exists() and (export / "dit_step.json").exists():
         # Warm start across work sessions from the committed EMA weights (no optimiser state).
         shipped_record = json.loads((export / "dit_step.json").read_text())
@@ -270,7 +268,12 @@ def train_dit(model: EmbeddedModel, run: Path, steps: int, batch: int, seed: int
         dit.load_state_dict(shipped.dit.state_dict())
         ema.load_state_dict(shipped.dit.state_dict())
         step = fresh_opt_step = shipped_record["step"]
+    if ck is None:
         rng = data_streams(seed, step)
+    else:  # both streams go on where the checkpoint left them
+        rng = ck["rng"]
+        if "torch_rng" in ck:  # checkpoints before session 16 did not keep the noise stream
+            torch.set_rng_state(ck["torch_rng"])
     dit.train()
     sampler = ClipSampler(model, rng)
     last_ckpt, t_start = time.monotonic(), time.monotonic()
