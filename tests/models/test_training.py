@@ -123,7 +123,7 @@ def test_decoder_finetune_keeps_the_encoder_and_saves_back(tmp_path):
 def test_decoder_grows_from_the_old_one(tmp_path):
     """--dec-* flags rebuild the decoder: its config is saved, shared layers start from the old
     weights, the encoder and DiT stay exactly as they were."""
-    from streamer.models.embedded.train import grown_decoder
+    from streamer.models.embedded.grow import grown_decoder
 
     model = tiny_embedded()
     grown = grown_decoder(model, {"dec_mid_blocks": 1, "dec_fine_channels": 8})
@@ -150,3 +150,61 @@ def test_autoencoder_finetune_moves_the_encoder_and_keeps_the_dit(tmp_path):
     assert torch.load(tmp_path / "run" / "autoencoder.pt", weights_only=False)["step"] == 2
     with pytest.raises(SystemExit):
         main(["--export", str(tmp_path / "export"), "--decoder-steps", "1", "--autoencoder-steps", "1"])
+
+
+def rollout_inputs(model, seed: int = 0):
+    """A clip of random latents, times, prompts, actions and controls for the DiT of `model`."""
+    from streamer.models.embedded.flow import clip_text
+    from streamer.models.embedded.masks import block_causal_context
+
+    cfg = model.cfg
+    data = ClipSampler(model, np.random.default_rng(seed)).sample(2)
+    b, t = data["x0"].shape[:2]
+    torch.manual_seed(seed)
+    x, times = torch.randn_like(data["x0"]), torch.rand(b, t)
+    ctx = block_causal_context(b, t, cfg.frames_per_chunk, cfg.dit.tokens_per_frame)
+    return lambda dit: dit(x, times, clip_text(dit, data["tokens"]), data["actions"], data["controls"], ctx)
+
+
+def test_a_grown_dit_predicts_what_the_old_one_did_and_its_new_blocks_train():
+    from streamer.models.embedded.grow import grown_dit, old_block_places
+
+    assert old_block_places(8, 12) == [0, 1, 3, 4, 6, 7, 9, 10]
+    model = tiny_embedded()
+    torch.manual_seed(1)
+    with torch.no_grad():  # a trained model's adaLN and output layers are not zero, as at init
+        for p in model.dit.parameters():
+            p.add_(0.05 * torch.randn_like(p))
+    grown = grown_dit(model, model.cfg.dit.depth + 2)
+    assert grown.cfg.dit.depth == len(grown.dit.blocks) == model.cfg.dit.depth + 2
+    run = rollout_inputs(model)
+    with torch.no_grad():
+        torch.testing.assert_close(run(grown.dit), run(model.dit), rtol=0, atol=1e-5)
+    run(grown.dit).square().mean().backward()
+    added = sorted(set(range(grown.cfg.dit.depth)) - set(old_block_places(model.cfg.dit.depth, grown.cfg.dit.depth)))
+    for j in added:
+        blk = grown.dit.blocks[j]
+        assert blk.ada.weight.grad.abs().sum() > 0 and blk.cross_proj.weight.grad.abs().sum() > 0, j
+    with pytest.raises(ValueError, match="cannot grow"):
+        grown_dit(model, 1)
+
+
+def test_grow_depth_saves_the_grown_model_back_for_a_warm_start(tmp_path):
+    tiny_run(tmp_path, "run", 2)
+    from streamer.models.embedded.model import EmbeddedModel
+
+    before = EmbeddedModel.load(tmp_path / "export")
+    depth = before.cfg.dit.depth + 1
+    main(["--export", str(tmp_path / "export"), "--grow-depth", str(depth)])
+    after = EmbeddedModel.load(tmp_path / "export")
+    assert after.cfg.dit.depth == depth
+    run = rollout_inputs(before)
+    with torch.no_grad():
+        torch.testing.assert_close(run(after.dit), run(before.dit), rtol=0, atol=1e-5)
+    # Training on warm-starts from step 2 at the new depth: the export's config is the grown one.
+    main(["--run-dir", str(tmp_path / "grown"), "--export", str(tmp_path / "export"), "--batch", "2",
+          "--threads", "1", "--ckpt-minutes", "0", "--dit-steps", "3"])
+    assert json.loads((tmp_path / "export" / "dit_step.json").read_text())["step"] == 3
+    assert EmbeddedModel.load(tmp_path / "export").cfg.dit.depth == depth
+    with pytest.raises(SystemExit, match="depth"):  # a config that does not match the weights is named
+        tiny_run(tmp_path, "mismatch", 4)

@@ -41,6 +41,7 @@ from .config import EmbeddedConfig
 from .distill import guidance_distill_loss, halving_grids, step_distill_loss, teacher_problem
 from .dit import CausalDiT
 from .flow import clip_text, noised, sample_times
+from .grow import grown_decoder, grown_dit
 from .masks import block_causal_context
 from .model import WEIGHTS_DIR, EmbeddedModel, prompt_tokens
 from .samples import sample_sheet
@@ -143,17 +144,6 @@ def finetune_autoencoder(export: Path, run: Path, steps: int, seed: int, minutes
     print(f"{what} fine-tune: held-out PSNR {before:.2f} -> {after:.2f} dB", flush=True)
     model.save(export)
     (export / "ae_eval.json").write_text(json.dumps({"psnr_db": after, "latent_std": z_std}) + "\n")
-
-
-def grown_decoder(model: EmbeddedModel, arch: dict[str, int]) -> EmbeddedModel:
-    """`model` with a decoder of the config fields `arch`, warm-started from the old decoder."""
-    ae_cfg = dataclasses.replace(model.cfg.autoencoder, **arch)
-    ae = Autoencoder(ae_cfg)
-    ae.encoder.load_state_dict(model.ae.encoder.state_dict())
-    old, new = model.ae.decoder.state_dict(), ae.decoder.state_dict()
-    new.update({k: v for k, v in old.items() if k in new and new[k].shape == v.shape})
-    ae.decoder.load_state_dict(new)
-    return EmbeddedModel(dataclasses.replace(model.cfg, autoencoder=ae_cfg), ae=ae, dit=model.dit)
 
 
 @torch.no_grad()
@@ -265,6 +255,11 @@ def train_dit(model: EmbeddedModel, run: Path, steps: int, batch: int, seed: int
             raise SystemExit(f"{export / 'dit_step.json'}: these weights come from stage '{stage}', this run is "
                              f"'{run_stage}': warm-start from weights of the same stage (docs/model.md, Guidance)")
         shipped = EmbeddedModel.load(export)
+        for f in dataclasses.fields(cfg.dit):
+            if getattr(shipped.cfg.dit, f.name) != getattr(cfg.dit, f.name):
+                raise SystemExit(f"{export / 'embedded.json'}: dit.{f.name} is {getattr(shipped.cfg.dit, f.name)}, "
+                                 f"this run's config has {getattr(cfg.dit, f.name)}: warm-start with the "
+                                 "weights' own config (leave out --config)")
         dit.load_state_dict(shipped.dit.state_dict())
         ema.load_state_dict(shipped.dit.state_dict())
         step = fresh_opt_step = shipped_record["step"]
@@ -399,6 +394,10 @@ def main(argv: list[str] | None = None) -> None:
                        ("fine-channels", "channels of a stage at four times it (0: none)")):
         ap.add_argument(f"--dec-{name}", type=int, default=None,
                         help=f"with --decoder-steps or --autoencoder-steps: grow the decoder to this many {what}")
+    ap.add_argument("--grow-depth", type=positive_int, default=None, metavar="N",
+                    help="instead of training: grow the DiT of the model in --export to N blocks (the added ones "
+                         "start as the identity: the model predicts what it did) and save it back; a run with "
+                         "that --export then warm-starts from it (docs/model.md, A deeper teacher)")
     ap.add_argument("--distill-guidance", type=Path, default=None, metavar="TEACHER",
                     help="instead of training: distil the guided model in TEACHER (its guidance_scale) "
                          "into one that needs one pass a step, for --dit-steps steps, exported to --export")
@@ -421,6 +420,12 @@ def main(argv: list[str] | None = None) -> None:
                                   ("dec_fine_channels", args.dec_fine_channels)) if v is not None}
         finetune_autoencoder(args.export, args.run_dir, args.decoder_steps or args.autoencoder_steps, args.seed,
                              args.ckpt_minutes, args.lr, arch, decoder_only=bool(args.decoder_steps))
+        return
+    if args.grow_depth is not None:
+        model = EmbeddedModel.load(args.export)
+        old = model.cfg.dit.depth
+        grown_dit(model, args.grow_depth, args.seed).save(args.export)
+        print(f"{args.export}: DiT grown from {old} to {args.grow_depth} blocks", flush=True)
         return
     if args.distill_guidance is not None:
         distill_guidance(args)
