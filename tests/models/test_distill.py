@@ -154,3 +154,27 @@ def test_the_committed_teacher_is_a_guided_flow_matching_model() -> None:
     assert teacher_problem(teacher.cfg) is None
     record = json.loads((folder / "dit_step.json").read_text())
     assert record.get("stage", "flow-matching") == "flow-matching"
+
+
+def test_a_deeper_teacher_teaches_a_student_of_the_init_s_depth(tmp_path):
+    from streamer.models.embedded.grow import grown_dit
+
+    shallow = tiny_model()
+    deep = grown_dit(shallow, shallow.cfg.dit.depth + 1)
+    deep.cfg = dataclasses.replace(deep.cfg, guidance_scale=2.0)
+    deep.save(tmp_path / "teacher")
+    (tmp_path / "teacher" / "dit_step.json").write_text(json.dumps({"step": 7}) + "\n")
+    shallow.save(tmp_path / "init")
+    common = ["--distill-guidance", str(tmp_path / "teacher"), "--run-dir", str(tmp_path / "run"),
+              "--dit-steps", "1", "--batch", "2", "--threads", "1", "--ckpt-minutes", "0"]
+    main([*common, "--init", str(tmp_path / "init"), "--export", str(tmp_path / "out")])
+    student = EmbeddedModel.load(tmp_path / "out")
+    assert student.cfg.dit.depth == shallow.cfg.dit.depth
+    assert student.cfg.guidance_scale == 1.0 and student.cfg.distilled_guidance_scale == 2.0
+    wider = tiny_model()
+    wider.cfg = dataclasses.replace(wider.cfg, dit=dataclasses.replace(wider.cfg.dit, mlp_ratio=2.0))
+    wider.dit = type(wider.dit)(wider.cfg.dit)
+    wider.save(tmp_path / "wider")
+    with pytest.raises(SystemExit, match="config field 'dit.mlp_ratio' differs from the teacher's"):
+        main([*common, "--run-dir", str(tmp_path / "run2"), "--init", str(tmp_path / "wider"),
+              "--export", str(tmp_path / "out2")])

@@ -333,12 +333,34 @@ def load_teacher(args: argparse.Namespace, folder: Path, guided: bool) -> tuple[
     return teacher, json.loads((folder / "dit_step.json").read_text())["step"]
 
 
+def student_init(args: argparse.Namespace, teacher: EmbeddedModel, folder: Path) -> EmbeddedModel:
+    """The weights a student starts from: `--init`, or the teacher's own.
+
+    All an init may have of its own is its guidance and default schedule (a student's), and its
+    depth: a deeper teacher (`--grow-depth`) can teach a student the runtime can afford.
+    Everything else fixes what the latents, prompts, actions and positions mean, so it must match.
+    """
+    if args.init is None:
+        return teacher
+    init = EmbeddedModel.load(args.init)
+    own = {"guidance_scale", "guidance_min_t", "distilled_guidance_scale", "timesteps", "dit"}
+    for name in (f.name for f in dataclasses.fields(teacher.cfg) if f.name not in own):
+        if getattr(init.cfg, name) != getattr(teacher.cfg, name):
+            raise SystemExit(f"{args.init}: config field '{name}' differs from the teacher's in {folder}")
+    for name in (f.name for f in dataclasses.fields(teacher.cfg.dit) if f.name != "depth"):
+        if getattr(init.cfg.dit, name) != getattr(teacher.cfg.dit, name):
+            raise SystemExit(f"{args.init}: config field 'dit.{name}' differs from the teacher's in {folder}")
+    return init
+
+
 def distill_guidance(args: argparse.Namespace) -> None:
-    """Guidance distillation (distill.py): the student starts as the teacher and runs unguided."""
+    """Guidance distillation (distill.py): the student starts as the teacher (or as `--init`) and
+    runs unguided."""
     teacher, teacher_step = load_teacher(args, args.distill_guidance, guided=True)
+    init = student_init(args, teacher, args.distill_guidance)
     scale = teacher.cfg.guidance_scale
-    cfg = dataclasses.replace(teacher.cfg, guidance_scale=1.0, distilled_guidance_scale=scale)
-    model = EmbeddedModel(cfg, ae=teacher.ae, dit=copy.deepcopy(teacher.dit).requires_grad_(True))
+    cfg = dataclasses.replace(init.cfg, guidance_scale=1.0, guidance_min_t=0.0, distilled_guidance_scale=scale)
+    model = EmbeddedModel(cfg, ae=teacher.ae, dit=copy.deepcopy(init.dit).requires_grad_(True))
     train_dit(model, args.run_dir, args.dit_steps, args.batch, args.seed, args.ckpt_minutes, args.export, args.lr,
               args.cooldown_steps, lambda net, data: guidance_distill_loss(net, teacher.dit, data, cfg, scale),
               {"stage": "guidance-distill", "teacher_step": teacher_step, "guidance_scale": scale})
@@ -349,12 +371,7 @@ def distill_steps(args: argparse.Namespace) -> None:
     teacher (guided or not) does in two. The student starts from `--init` (default: the teacher),
     e.g. a guidance-distilled student of the same teacher, which then stays unguided."""
     teacher, teacher_step = load_teacher(args, args.distill_steps, guided=False)
-    init = teacher if args.init is None else EmbeddedModel.load(args.init)
-    # All a student may change: its guidance, and its default schedule (--student-steps).
-    own = {"guidance_scale", "guidance_min_t", "distilled_guidance_scale", "timesteps"}
-    for name in (f.name for f in dataclasses.fields(teacher.cfg) if f.name not in own):
-        if getattr(init.cfg, name) != getattr(teacher.cfg, name):
-            raise SystemExit(f"{args.init}: config field '{name}' differs from the teacher's in {args.distill_steps}")
+    init = student_init(args, teacher, args.distill_steps)
     steps = args.student_steps or init.spec.default_steps
     cfg = dataclasses.replace(init.cfg, timesteps=init.spec.schedule(steps))
     scale = teacher.cfg.guidance_scale
@@ -405,7 +422,8 @@ def main(argv: list[str] | None = None) -> None:
                     help="instead of training: distil the model in TEACHER, at twice the student's steps, into one "
                          "that needs the student's steps, for --dit-steps steps, exported to --export")
     ap.add_argument("--init", type=Path, default=None,
-                    help="with --distill-steps: the weights the student starts from (default: the teacher's)")
+                    help="with --distill-guidance or --distill-steps: the weights the student starts from (default: the "
+                         "teacher's); its depth may differ from the teacher's")
     ap.add_argument("--student-steps", type=positive_int, default=None,
                     help="with --distill-steps: the student's default step count (default: the --init weights'); "
                          "the teacher runs twice as many")
