@@ -195,7 +195,7 @@ def test_grow_depth_saves_the_grown_model_back_for_a_warm_start(tmp_path):
 
     before = EmbeddedModel.load(tmp_path / "export")
     depth = before.cfg.dit.depth + 1
-    main(["--export", str(tmp_path / "export"), "--grow-depth", str(depth)])
+    main(["--run-dir", str(tmp_path / "run"), "--export", str(tmp_path / "export"), "--grow-depth", str(depth)])
     after = EmbeddedModel.load(tmp_path / "export")
     assert after.cfg.dit.depth == depth
     run = rollout_inputs(before)

@@ -34,7 +34,7 @@ from .model import WEIGHTS_DIR
 # (stage, train.py flags, steps, cool-down steps): the shipped weights' figures. `{run}` is the
 # run folder, `{teacher_config}` the config teacher_config() writes there.
 STAGES: tuple[tuple[str, tuple[str, ...], int, int], ...] = (
-    ("teacher", ("--config", "{teacher_config}", "--ae-steps", "{ae_steps}", "--lr", "3e-4"), 31000, 1200),
+    ("teacher", ("--config", "{teacher_config}", "--ae-steps", "{ae_steps}", "--lr", "3e-4"), 35000, 1200),
     ("guidance", ("--distill-guidance", "{run}/teacher/export", "--lr", "1.5e-4"), 3000, 600),
     ("steps", ("--distill-steps", "{run}/teacher/export", "--init", "{run}/guidance/export", "--lr", "1e-4"),
      2800, 600),
