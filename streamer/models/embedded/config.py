@@ -119,3 +119,16 @@ class EmbeddedConfig:
         except json.JSONDecodeError as exc:
             raise ConfigError(f"{path}: not valid JSON ({exc})") from exc
         return cls.from_dict(data, str(path))
+
+
+def differing_fields(a: Any, b: Any, prefix: str = "") -> list[str]:
+    """Dotted names of the fields where configs `a` and `b` (dataclasses of one kind) differ,
+    nested configs field by field: e.g. ["dit.depth", "timesteps"]."""
+    out = []
+    for f in dataclasses.fields(a):
+        x, y = getattr(a, f.name), getattr(b, f.name)
+        if dataclasses.is_dataclass(x):
+            out += differing_fields(x, y, f"{prefix}{f.name}.")
+        elif x != y:
+            out.append(f"{prefix}{f.name}")
+    return out

@@ -37,7 +37,7 @@ from tqdm import tqdm
 
 from ...argtypes import positive_int
 from .autoencoder import Autoencoder, to_unit
-from .config import EmbeddedConfig
+from .config import EmbeddedConfig, differing_fields
 from .distill import guidance_distill_loss, halving_grids, step_distill_loss, teacher_problem
 from .dit import CausalDiT
 from .flow import clip_text, noised, sample_times
@@ -255,11 +255,10 @@ def train_dit(model: EmbeddedModel, run: Path, steps: int, batch: int, seed: int
             raise SystemExit(f"{export / 'dit_step.json'}: these weights come from stage '{stage}', this run is "
                              f"'{run_stage}': warm-start from weights of the same stage (docs/model.md, Guidance)")
         shipped = EmbeddedModel.load(export)
-        for f in dataclasses.fields(cfg.dit):
-            if getattr(shipped.cfg.dit, f.name) != getattr(cfg.dit, f.name):
-                raise SystemExit(f"{export / 'embedded.json'}: dit.{f.name} is {getattr(shipped.cfg.dit, f.name)}, "
-                                 f"this run's config has {getattr(cfg.dit, f.name)}: warm-start with the "
-                                 "weights' own config (leave out --config)")
+        differ = differing_fields(shipped.cfg.dit, cfg.dit, "dit.")
+        if differ:
+            raise SystemExit(f"{export / 'embedded.json'}: config field '{differ[0]}' differs from this run's "
+                             "config: warm-start with the weights' own config (leave out --config)")
         dit.load_state_dict(shipped.dit.state_dict())
         ema.load_state_dict(shipped.dit.state_dict())
         step = fresh_opt_step = shipped_record["step"]
@@ -343,13 +342,10 @@ def student_init(args: argparse.Namespace, teacher: EmbeddedModel, folder: Path)
     if args.init is None:
         return teacher
     init = EmbeddedModel.load(args.init)
-    own = {"guidance_scale", "guidance_min_t", "distilled_guidance_scale", "timesteps", "dit"}
-    for name in (f.name for f in dataclasses.fields(teacher.cfg) if f.name not in own):
-        if getattr(init.cfg, name) != getattr(teacher.cfg, name):
-            raise SystemExit(f"{args.init}: config field '{name}' differs from the teacher's in {folder}")
-    for name in (f.name for f in dataclasses.fields(teacher.cfg.dit) if f.name != "depth"):
-        if getattr(init.cfg.dit, name) != getattr(teacher.cfg.dit, name):
-            raise SystemExit(f"{args.init}: config field 'dit.{name}' differs from the teacher's in {folder}")
+    own = {"guidance_scale", "guidance_min_t", "distilled_guidance_scale", "timesteps", "dit.depth"}
+    differ = [name for name in differing_fields(init.cfg, teacher.cfg) if name not in own]
+    if differ:
+        raise SystemExit(f"{args.init}: config field '{differ[0]}' differs from the teacher's in {folder}")
     return init
 
 
