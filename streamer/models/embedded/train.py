@@ -296,7 +296,6 @@ def train_dit(model: EmbeddedModel, run: Path, steps: int, batch: int, seed: int
         if step % 10 == 0:
             bar.set_postfix(loss=f"{np.mean(losses[-50:]):.4f}")
         if time.monotonic() - last_ckpt > 60 * minutes_per_ckpt or step == steps:
-            sampler.rng = rng  # same generator object; stored for resume
             torch.save({"dit": dit.state_dict(), "ema": ema.state_dict(), "opt": opt.state_dict(),
                         "step": step, "rng": rng, "torch_rng": torch.get_rng_state()}, ckpt_path)
             with log_path.open("a") as fh:
