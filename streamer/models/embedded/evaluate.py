@@ -137,6 +137,13 @@ def _classify_motion(track: np.ndarray, size: int) -> str | None:
     return "down" if np.median(steps[:, 1]) > 0 else "up"
 
 
+def read_objects(frame: np.ndarray, spec: SceneSpec) -> list[Detection | None]:
+    """For each object of `spec`, the largest object of its colour in `frame`, or None: what the
+    story scores (and benchmarks/shapes.py) judge its shape and track by."""
+    found = find_objects(frame, spec.background)
+    return [next((d for d in found if d.color == obj.color), None) for obj in spec.objects]
+
+
 def score_story(frames: np.ndarray, spec: SceneSpec) -> dict[str, float]:
     """Adherence of story frames (T, H, W, 3) to `spec`.
 
@@ -148,14 +155,12 @@ def score_story(frames: np.ndarray, spec: SceneSpec) -> dict[str, float]:
     tracks = np.full((len(spec.objects), len(frames), 2), np.nan)
     for t, frame in enumerate(frames):
         bg_ok.append(background_of(frame) == spec.background)
-        found = find_objects(frame, spec.background)
         ok_all = True
-        for i, obj in enumerate(spec.objects):
-            same = [d for d in found if d.color == obj.color]
-            if same:
-                tracks[i, t] = same[0].centre
-            hit = bool(same) and same[0].shape == obj.shape
-            colour_ok.append(bool(same))
+        for i, (obj, seen) in enumerate(zip(spec.objects, read_objects(frame, spec), strict=True)):
+            if seen is not None:
+                tracks[i, t] = seen.centre
+            hit = seen is not None and seen.shape == obj.shape
+            colour_ok.append(seen is not None)
             shape_ok.append(hit)
             ok_all = ok_all and hit
         obj_ok.append(ok_all)

@@ -1,0 +1,168 @@
+"""Where the embedded model loses shapes: the evaluator's reading of each shape at each stage
+from the renderer to a rollout.
+
+The story figures are held down by shape (colour is read right far more often than colour and
+shape). This renders story clips (their prompts drawn as the evaluator draws them) and reads
+them, with the evaluator's own reader (`evaluate.read_objects`), at every stage on the way:
+
+    rendered      the renderer's frames: the reader's ceiling, the baseline of the ratios
+    blur1.5       the frames Gaussian-blurred (sigma 1.5 px): does the reader survive soft edges?
+    blur2         the same at sigma 2 px
+    autoencoder   the frames encoded and decoded: what the latents keep
+    dit_t0.5      every chunk noised to t = 0.5 and denoised by the model after its clip's real,
+                  clean past (teacher forcing: the real chunk is committed, not the denoised one)
+    dit_t1        the same from pure noise (t = 1)
+    rollout       the model's own rollout of the clip's prompt (what `streamer eval` scores)
+
+An object of the prompt is `seen` in a frame when an object of its colour is found there, and
+right when that object also has the prompt's shape. Per stage and per shape: `colour` (seen /
+frames), `shape_and_colour` (right / frames, the evaluator's figure) and `shape_given_colour`
+(right / seen), with one- and two-object prompts apart. Every figure's ratio is against
+`rendered`.
+
+    python benchmarks/shapes.py [--weights DIR] [--guidance 2 --steps 8] -> benchmarks/results/shapes.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import numpy as np
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks.common import RESULTS, emit_result  # noqa: E402
+from streamer.argtypes import positive_int  # noqa: E402
+from streamer.chunk_steps import denoise_step  # noqa: E402
+from streamer.hostinfo import host_info  # noqa: E402
+from streamer.models.base import Conditioning  # noqa: E402
+from streamer.models.embedded.evaluate import read_objects  # noqa: E402
+from streamer.models.embedded.model import EmbeddedModel  # noqa: E402
+from streamer.models.embedded.rollout import Script, rollout  # noqa: E402
+from streamer.models.embedded.scripts import story_scripts  # noqa: E402
+from streamer.models.embedded.vocab import SHAPES, SceneSpec  # noqa: E402
+from streamer.models.embedded.world import World  # noqa: E402
+
+BLURS = (1.5, 2.0)
+NOISE_LEVELS = (0.5, 1.0)
+
+
+def rendered(specs: list[SceneSpec], frames: int, size: int, seed: int) -> np.ndarray:
+    """The renderer's clips of `specs`: (B, T, H, W, 3) uint8."""
+    out = []
+    for i, spec in enumerate(specs):
+        world = World(spec, np.random.default_rng([seed, i]), size)
+        out.append(np.stack([world.step() for _ in range(frames)]))
+    return np.stack(out)
+
+
+def blurred(clips: np.ndarray, sigma: float) -> np.ndarray:
+    """Clips (B, T, H, W, 3) Gaussian-blurred in space, wrapping at the edges as the world does."""
+    r = int(np.ceil(3 * sigma))
+    k = torch.exp(-(torch.arange(-r, r + 1, dtype=torch.float32) ** 2) / (2 * sigma**2))
+    k = k / k.sum()
+    b, t, h, w, ch = clips.shape
+    x = torch.from_numpy(clips).float().permute(0, 1, 4, 2, 3).reshape(-1, 1, h, w)
+    x = torch.nn.functional.pad(x, (r, r, r, r), mode="circular")
+    x = torch.nn.functional.conv2d(torch.nn.functional.conv2d(x, k.view(1, 1, 1, -1)), k.view(1, 1, -1, 1))
+    return x.reshape(b, t, ch, h, w).permute(0, 1, 3, 4, 2).round().clamp(0, 255).to(torch.uint8).numpy()
+
+
+def latents(model: EmbeddedModel, clips: np.ndarray) -> torch.Tensor:
+    """Clips (B, T, H, W, 3) -> the model's latents (B, T, C, h, w)."""
+    b, t = clips.shape[:2]
+    z = model.encode_frames(torch.from_numpy(clips.reshape(b * t, *clips.shape[2:])))
+    return z.reshape(b, t, *z.shape[1:])
+
+
+@torch.no_grad()
+def teacher_forced(model: EmbeddedModel, scripts: list[Script], z: torch.Tensor, t0: float, steps: int,
+                   seed: int) -> np.ndarray:
+    """Every chunk of each clip noised to `t0` and denoised (the model's `steps`-step schedule
+    from `t0` on) after the clip's real past; the real chunk is then committed. -> frames."""
+    spec = model.spec
+    f, b = spec.frames_per_chunk, len(scripts)
+    schedule = (t0, *(s for s in spec.schedule(steps) if s < t0))
+    gen = torch.Generator().manual_seed(seed)
+
+    def draw_noise() -> torch.Tensor:
+        return torch.randn(b, *spec.latent_shape, generator=gen)
+
+    pool = model.new_pool(b)  # a fresh pool a call: its slots go with it
+    slots = [pool.allocate() for _ in range(b)]
+    prompts = model.encode_prompt([s.prompts[0] for s in scripts])
+    out = np.empty((b, z.shape[1], spec.height, spec.width, 3), np.uint8)
+    for c in range(z.shape[1] // f):
+        sl = slice(c * f, (c + 1) * f)
+        cond = Conditioning(prompts=prompts, actions=torch.from_numpy(np.stack([s.actions[sl] for s in scripts])),
+                            controls=torch.from_numpy(np.stack([s.controls[sl] for s in scripts])))
+        real = z[:, sl]
+        x = (1 - t0) * real + t0 * draw_noise()
+        for i in range(len(schedule)):
+            x = denoise_step(model, pool, slots, x, [schedule] * b, [i] * b, cond, "euler", draw_noise)
+        out[:, sl] = model.decode(x).numpy()
+        model.commit(real, cond, pool.batch(slots, commit=True))
+    return out
+
+
+def shape_reads(clips: np.ndarray, specs: list[SceneSpec]) -> dict:
+    """Per shape and per object count: frames, colour, shape_and_colour, shape_given_colour."""
+    counts: dict[str, list[int]] = {}  # group -> [frames, seen, right]
+    for frames, spec in zip(clips, specs, strict=True):
+        n_obj = f"{len(spec.objects)}_object"
+        for frame in frames:
+            for obj, seen in zip(spec.objects, read_objects(frame, spec), strict=True):
+                right = seen is not None and seen.shape == obj.shape
+                for group in ("all", obj.shape, f"{obj.shape}_{n_obj}"):
+                    c = counts.setdefault(group, [0, 0, 0])
+                    c[0] += 1
+                    c[1] += seen is not None
+                    c[2] += right
+    return {g: {"object_frames": n, "colour": seen / n, "shape_and_colour": right / n,
+                "shape_given_colour": right / seen if seen else None}
+            for g, (n, seen, right) in sorted(counts.items())}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--weights", type=Path, default=None, help="weights folder (default: shipped)")
+    ap.add_argument("--guidance", type=float, default=None, help="guidance scale (default: the weights' own)")
+    ap.add_argument("--steps", type=positive_int, default=None, help="denoising steps (default: the weights' own)")
+    ap.add_argument("--clips", type=positive_int, default=24)
+    ap.add_argument("--chunks", type=positive_int, default=12, help="chunks a clip")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--threads", type=positive_int, default=2)
+    ap.add_argument("--json", action="store_true", help="print the result object as the last line")
+    ap.add_argument("--out", type=Path, default=RESULTS / "shapes.json")
+    args = ap.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    model = EmbeddedModel.load(args.weights)
+    model.configure_guidance(args.guidance)
+    steps = args.steps or model.spec.default_steps
+    scripts, specs = story_scripts(np.random.default_rng(args.seed), args.clips, args.chunks,
+                                   model.spec.frames_per_chunk)
+    real = rendered(specs, scripts[0].frames, model.spec.height, args.seed)
+    z = latents(model, real)
+    stages = {"rendered": real, **{f"blur{s:g}": blurred(real, s) for s in BLURS},
+              "autoencoder": model.decode(z).numpy(),
+              **{f"dit_t{t:g}": teacher_forced(model, scripts, z, t, steps, args.seed) for t in NOISE_LEVELS},
+              "rollout": rollout(model, scripts, steps, args.seed).frames}
+    rows = {name: shape_reads(clips, specs) for name, clips in stages.items()}
+    for name, row in rows.items():
+        base = rows["rendered"]
+        row["ratios_vs_rendered"] = {g: r["shape_and_colour"] / base[g]["shape_and_colour"]
+                                     if base[g]["shape_and_colour"] else None for g, r in row.items()}
+        print(f"{name:>12} shape+colour {row['all']['shape_and_colour']:.3f} colour {row['all']['colour']:.3f} "
+              + " ".join(f"{s} {row[s]['shape_and_colour']:.2f}" for s in SHAPES if s in row), file=sys.stderr)
+    result = {"weights": str(args.weights or "shipped"), "guidance_scale": model.cfg.guidance_scale, "steps": steps,
+              "clips": args.clips, "frames_per_clip": scripts[0].frames, "seed": args.seed, "threads": args.threads,
+              "stages": rows, "host": host_info(torch.device("cpu"))}
+    emit_result(result, args.out, args.json)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
