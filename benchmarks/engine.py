@@ -54,7 +54,7 @@ from streamer.calibration import calibrate  # noqa: E402
 from streamer.engine import Engine, EngineConfig, make_scheduler  # noqa: E402
 from streamer.engine_factory import build_model  # noqa: E402
 from streamer.events import Chunk, Refused  # noqa: E402
-from streamer.hostinfo import cpu_name, matmul_peak_gflops  # noqa: E402
+from streamer.hostinfo import cpu_name, host_info, matmul_peak_gflops  # noqa: E402
 from streamer.models.base import Conditioning  # noqa: E402
 from streamer.models.compiled import MODES as COMPILE_MODES  # noqa: E402
 from streamer.models.device import resolve_device  # noqa: E402
@@ -278,7 +278,8 @@ def main() -> int:
         "fps_source": "--fps" if args.fps else "one calibration, shared by every run",
         "fps_for_sessions": None if args.fps else args.fps_for_sessions,
         "calibration_ms": ms_table(calibration),
-        "machine": {"cpu": cpu_name(), "threads": torch.get_num_threads()},
+        "machine": {"cpu": cpu_name(), "threads": torch.get_num_threads()},  # the older spelling, kept for readers
+        "host": host_info(device),  # as the other benchmarks name it: the fp32 peak, whatever the model dtype
         "device": device.type,
         "gpu": torch.cuda.get_device_name(device) if device.type == "cuda" else None,
         "versions": {"torch": torch.__version__, "cuda": torch.version.cuda, "python": platform.python_version()},
