@@ -9,7 +9,8 @@ from streamer.models.embedded.recipe import STAGES, main
 
 def test_recipe_runs_every_stage_into_one_student_and_resumes(tmp_path, capsys):
     tiny_embedded().cfg.save(tmp_path / "tiny.json")
-    # Scaled down, the stages take 35, 3 and 3 steps (teacher, guidance, steps).
+    # Scaled down, the stages take 35, 43 (8 after the grow), 3 and 3 steps (teacher, teacher12,
+    # guidance, steps).
     argv = ["--run-dir", str(tmp_path / "run"), "--export", str(tmp_path / "weights"), "--config",
             str(tmp_path / "tiny.json"), "--steps-scale", "0.001", "--batch", "2", "--threads", "1",
             "--ckpt-minutes", "60"]  # a checkpoint (and log line) only at each stage's last step
@@ -17,19 +18,22 @@ def test_recipe_runs_every_stage_into_one_student_and_resumes(tmp_path, capsys):
 
     student = EmbeddedModel.load(tmp_path / "weights")
     record = json.loads((tmp_path / "weights" / "dit_step.json").read_text())
-    assert record == {"step": 3, "stage": "step-distill", "teacher_step": 35, "guidance_scale": 2.0,
+    assert record == {"step": 3, "stage": "step-distill", "teacher_step": 43, "guidance_scale": 2.0,
                       "teacher_steps": 8}
     # The student runs unguided with the teacher's guidance distilled in; the teacher was guided.
     assert (student.cfg.guidance_scale, student.cfg.distilled_guidance_scale) == (1.0, 2.0)
-    teacher = EmbeddedModel.load(tmp_path / "run" / "teacher" / "export")
+    teacher = EmbeddedModel.load(tmp_path / "run" / "teacher12" / "export")
     assert teacher.cfg.guidance_scale == 2.0
+    # The 12-block teacher teaches a student of the first teacher's depth.
+    first = EmbeddedModel.load(tmp_path / "run" / "teacher" / "export")
+    assert (teacher.cfg.dit.depth, student.cfg.dit.depth) == (12, first.cfg.dit.depth)
     assert teacher.cfg.latent_scale != 1.0  # measured from the trained encoder
     assert student.cfg.latent_scale == teacher.cfg.latent_scale
     log = [json.loads(line) for line in (tmp_path / "weights" / "training_log.jsonl").read_text().splitlines()]
-    assert [e["stage"] for e in log] == ["flow-matching", "guidance-distill", "step-distill"]
-    assert [e["step"] for e in log] == [35, 3, 3]
+    assert [e["stage"] for e in log] == ["flow-matching", "flow-matching", "guidance-distill", "step-distill"]
+    assert [e["step"] for e in log] == [35, 43, 3, 3]
     assert {"psnr_db", "latent_std"} <= set(json.loads((tmp_path / "weights" / "ae_eval.json").read_text()))
-    assert [name for name, *_ in STAGES] == ["teacher", "guidance", "steps"]
+    assert [stage.name for stage in STAGES] == ["teacher", "teacher12", "guidance", "steps"]
 
     # Run again: every stage is finished, so nothing trains and the student is the same.
     before = (tmp_path / "weights" / "embedded.safetensors").read_bytes()
@@ -37,4 +41,4 @@ def test_recipe_runs_every_stage_into_one_student_and_resumes(tmp_path, capsys):
     assert (tmp_path / "weights" / "embedded.safetensors").read_bytes() == before
     assert len((tmp_path / "weights" / "training_log.jsonl").read_text().splitlines()) == len(log)
     out = capsys.readouterr().out
-    assert "recipe stage 3/3: steps (3 steps)" in out
+    assert "recipe stage 4/4: steps (3 steps)" in out

@@ -6,9 +6,12 @@ history folded into one pass:
 
 1. teacher: the autoencoder (encoder and decoder together), then the DiT with flow matching,
    guided at `guidance_scale` 2 (what `checkpoints/teacher/` holds);
-2. guidance: guidance distillation from it (one pass a step gives the guided picture);
-3. steps: step distillation from it, starting from stage 2's student (its 4 steps land where the
-   guided teacher's 8 land).
+2. teacher12: that teacher grown to 12 blocks (the added ones start as the identity) and
+   trained on (`checkpoints/teacher12/`);
+3. guidance: guidance distillation from the 12-block teacher into an 8-block student that starts
+   from stage 1's weights (one pass a step gives the guided picture, at the 8-block frame rate);
+4. steps: step distillation from the 12-block teacher, starting from stage 3's student (its 4
+   steps land where the guided teacher's 8 land).
 
 Every stage is train.py's own resumable run in `<run-dir>/<stage>`, so the recipe is too: run
 the same command again after an interruption (or in the next work session) and it goes on where
@@ -25,19 +28,34 @@ import argparse
 import json
 import shutil
 from pathlib import Path
+from typing import NamedTuple
 
 from ...argtypes import positive_int
 from . import train
 from .config import EmbeddedConfig
 from .model import WEIGHTS_DIR
 
-# (stage, train.py flags, steps, cool-down steps): the shipped weights' figures. `{run}` is the
-# run folder, `{teacher_config}` the config teacher_config() writes there.
-STAGES: tuple[tuple[str, tuple[str, ...], int, int], ...] = (
-    ("teacher", ("--config", "{teacher_config}", "--ae-steps", "{ae_steps}", "--lr", "3e-4"), 35000, 1200),
-    ("guidance", ("--distill-guidance", "{run}/teacher/export", "--lr", "1.5e-4"), 3000, 600),
-    ("steps", ("--distill-steps", "{run}/teacher/export", "--init", "{run}/guidance/export", "--lr", "1e-4"),
-     2800, 600),
+
+class Stage(NamedTuple):
+    """One train.py run. `steps` counts from the start of the line, so a stage that goes on from
+    another's weights (`grow`) trains the difference. `{run}` in `flags` is the run folder,
+    `{teacher_config}` the config teacher_config() writes there, `{ae_steps}` AE_STEPS scaled."""
+
+    name: str
+    flags: tuple[str, ...]
+    steps: int
+    cooldown: int
+    grow: tuple[str, int] | None = None  # (stage, depth): start from that stage's DiT grown to depth
+
+
+# The shipped weights' figures.
+STAGES: tuple[Stage, ...] = (
+    Stage("teacher", ("--config", "{teacher_config}", "--ae-steps", "{ae_steps}", "--lr", "3e-4"), 35000, 1200),
+    Stage("teacher12", ("--lr", "2e-4"), 43000, 1000, grow=("teacher", 12)),
+    Stage("guidance", ("--distill-guidance", "{run}/teacher12/export", "--init", "{run}/teacher/export",
+                       "--lr", "1.5e-4"), 3000, 600),
+    Stage("steps", ("--distill-steps", "{run}/teacher12/export", "--init", "{run}/guidance/export",
+                    "--lr", "1e-4"), 2800, 600),
 )
 AE_STEPS = 7500  # 1,500 steps first, then 6,000 of fine-tuning, made the shipped autoencoder
 TEACHER_GUIDANCE = 2.0
@@ -47,15 +65,31 @@ def scaled(n: int, scale: float) -> int:
     return max(1, round(n * scale))
 
 
-def stage_argv(name: str, flags: tuple[str, ...], steps: int, cooldown: int, args: argparse.Namespace,
-               teacher_cfg: Path) -> list[str]:
+def stage_argv(stage: Stage, args: argparse.Namespace, teacher_cfg: Path) -> list[str]:
     s = args.steps_scale
     fill = {"run": str(args.run_dir), "teacher_config": str(teacher_cfg), "ae_steps": str(scaled(AE_STEPS, s))}
-    stage_dir = args.run_dir / name
-    return [*(f.format(**fill) for f in flags), "--run-dir", str(stage_dir), "--export", str(stage_dir / "export"),
-            "--dit-steps", str(scaled(steps, s)), "--cooldown-steps", str(min(scaled(cooldown, s), scaled(steps, s))),
+    stage_dir = args.run_dir / stage.name
+    steps = scaled(stage.steps, s)
+    return [*(f.format(**fill) for f in stage.flags), "--run-dir", str(stage_dir), "--export", str(stage_dir / "export"),
+            "--dit-steps", str(steps), "--cooldown-steps", str(min(scaled(stage.cooldown, s), steps)),
             "--batch", str(args.batch), "--seed", str(args.seed), "--threads", str(args.threads),
             "--ckpt-minutes", str(args.ckpt_minutes)]
+
+
+def grow_into(stage: Stage, args: argparse.Namespace) -> None:
+    """Seed `stage`'s export folder with its source stage's weights grown to the stage's depth;
+    its training run then warm-starts from them. Done once: a folder already at that depth (a
+    resumed recipe) is left as it is."""
+    assert stage.grow is not None
+    source, depth = stage.grow
+    export = args.run_dir / stage.name / "export"
+    if (export / "embedded.json").exists() and EmbeddedConfig.load(export / "embedded.json").dit.depth == depth:
+        return
+    export.mkdir(parents=True, exist_ok=True)
+    for f in ("embedded.json", "embedded.safetensors", "dit_step.json"):
+        shutil.copyfile(args.run_dir / source / "export" / f, export / f)
+    train.main(["--export", str(export), "--run-dir", str(args.run_dir / stage.name), "--grow-depth", str(depth),
+                "--seed", str(args.seed)])
 
 
 def teacher_config(args: argparse.Namespace) -> Path:
@@ -70,7 +104,7 @@ def teacher_config(args: argparse.Namespace) -> Path:
 
 def merged_log(run_dir: Path) -> str:
     """Every stage's training log, in order: the loss history the shipped folder carries."""
-    return "".join((run_dir / name / "dit_log.jsonl").read_text() for name, *_ in STAGES)
+    return "".join((run_dir / stage.name / "dit_log.jsonl").read_text() for stage in STAGES)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -91,11 +125,13 @@ def main(argv: list[str] | None = None) -> None:
     if args.export.resolve() == args.run_dir.resolve():
         ap.error("--export must differ from --run-dir")
     teacher_cfg = teacher_config(args)
-    for i, (name, flags, steps, cooldown) in enumerate(STAGES, 1):
-        print(f"recipe stage {i}/{len(STAGES)}: {name} ({scaled(steps, args.steps_scale)} steps) "
-              f"in {args.run_dir / name}", flush=True)
-        train.main(stage_argv(name, flags, steps, cooldown, args, teacher_cfg))
-    student = args.run_dir / STAGES[-1][0] / "export"
+    for i, stage in enumerate(STAGES, 1):
+        print(f"recipe stage {i}/{len(STAGES)}: {stage.name} ({scaled(stage.steps, args.steps_scale)} steps) "
+              f"in {args.run_dir / stage.name}", flush=True)
+        if stage.grow is not None:
+            grow_into(stage, args)
+        train.main(stage_argv(stage, args, teacher_cfg))
+    student = args.run_dir / STAGES[-1].name / "export"
     args.export.mkdir(parents=True, exist_ok=True)
     for f in ("embedded.json", "embedded.safetensors", "dit_step.json"):
         shutil.copyfile(student / f, args.export / f)
