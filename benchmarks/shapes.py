@@ -38,10 +38,10 @@ from benchmarks.common import RESULTS, emit_result  # noqa: E402
 from streamer.argtypes import positive_int  # noqa: E402
 from streamer.chunk_steps import denoise_step  # noqa: E402
 from streamer.hostinfo import host_info  # noqa: E402
-from streamer.models.base import Conditioning  # noqa: E402
+from streamer.models.base import PromptCond  # noqa: E402
 from streamer.models.embedded.evaluate import read_objects  # noqa: E402
 from streamer.models.embedded.model import EmbeddedModel  # noqa: E402
-from streamer.models.embedded.rollout import Script, rollout  # noqa: E402
+from streamer.models.embedded.rollout import Script, chunk_conditioning, rollout  # noqa: E402
 from streamer.models.embedded.scripts import story_scripts  # noqa: E402
 from streamer.models.embedded.vocab import SHAPES, SceneSpec  # noqa: E402
 from streamer.models.embedded.world import World  # noqa: E402
@@ -93,12 +93,11 @@ def teacher_forced(model: EmbeddedModel, scripts: list[Script], z: torch.Tensor,
 
     pool = model.new_pool(b)  # a fresh pool a call: its slots go with it
     slots = [pool.allocate() for _ in range(b)]
-    prompts = model.encode_prompt([s.prompts[0] for s in scripts])
+    prompts: dict[str, PromptCond] = {}
     out = np.empty((b, z.shape[1], spec.height, spec.width, 3), np.uint8)
     for c in range(z.shape[1] // f):
         sl = slice(c * f, (c + 1) * f)
-        cond = Conditioning(prompts=prompts, actions=torch.from_numpy(np.stack([s.actions[sl] for s in scripts])),
-                            controls=torch.from_numpy(np.stack([s.controls[sl] for s in scripts])))
+        cond = chunk_conditioning(model, scripts, c, prompts)
         real = z[:, sl]
         x = (1 - t0) * real + t0 * draw_noise()
         for i in range(len(schedule)):
@@ -151,8 +150,8 @@ def main(argv: list[str] | None = None) -> int:
               **{f"dit_t{t:g}": teacher_forced(model, scripts, z, t, steps, args.seed) for t in NOISE_LEVELS},
               "rollout": rollout(model, scripts, steps, args.seed).frames}
     rows = {name: shape_reads(clips, specs) for name, clips in stages.items()}
+    base = rows["rendered"]
     for name, row in rows.items():
-        base = rows["rendered"]
         row["ratios_vs_rendered"] = {g: r["shape_and_colour"] / base[g]["shape_and_colour"]
                                      if base[g]["shape_and_colour"] else None for g, r in row.items()}
         print(f"{name:>12} shape+colour {row['all']['shape_and_colour']:.3f} colour {row['all']['colour']:.3f} "

@@ -33,7 +33,8 @@ from typing import NamedTuple
 from ...argtypes import positive_int
 from . import train
 from .config import EmbeddedConfig
-from .model import WEIGHTS_DIR
+from .grow import grown_dit
+from .model import WEIGHTS_DIR, EmbeddedModel
 
 
 class Stage(NamedTuple):
@@ -57,6 +58,7 @@ STAGES: tuple[Stage, ...] = (
     Stage("steps", ("--distill-steps", "{run}/teacher12/export", "--init", "{run}/guidance/export",
                     "--lr", "1e-4"), 2800, 600),
 )
+WEIGHT_FILES = ("embedded.json", "embedded.safetensors", "dit_step.json")  # a stage's exported weights
 AE_STEPS = 7500  # 1,500 steps first, then 6,000 of fine-tuning, made the shipped autoencoder
 TEACHER_GUIDANCE = 2.0
 
@@ -76,20 +78,16 @@ def stage_argv(stage: Stage, args: argparse.Namespace, teacher_cfg: Path) -> lis
             "--ckpt-minutes", str(args.ckpt_minutes)]
 
 
-def grow_into(stage: Stage, args: argparse.Namespace) -> None:
-    """Seed `stage`'s export folder with its source stage's weights grown to the stage's depth;
-    its training run then warm-starts from them. Done once: a folder already at that depth (a
+def grow_into(export: Path, source: Path, depth: int, seed: int) -> None:
+    """Seed the folder `export` with the weights in `source`, their DiT grown to `depth` blocks;
+    a training run then warm-starts from them. Done once: a folder already at that depth (a
     resumed recipe) is left as it is."""
-    assert stage.grow is not None
-    source, depth = stage.grow
-    export = args.run_dir / stage.name / "export"
     if (export / "embedded.json").exists() and EmbeddedConfig.load(export / "embedded.json").dit.depth == depth:
         return
     export.mkdir(parents=True, exist_ok=True)
-    for f in ("embedded.json", "embedded.safetensors", "dit_step.json"):
-        shutil.copyfile(args.run_dir / source / "export" / f, export / f)
-    train.main(["--export", str(export), "--run-dir", str(args.run_dir / stage.name), "--grow-depth", str(depth),
-                "--seed", str(args.seed)])
+    for f in WEIGHT_FILES:
+        shutil.copyfile(source / f, export / f)  # dit_step.json: the run goes on from the source's step
+    grown_dit(EmbeddedModel.load(export), depth, seed).save(export)
 
 
 def teacher_config(args: argparse.Namespace) -> Path:
@@ -129,11 +127,12 @@ def main(argv: list[str] | None = None) -> None:
         print(f"recipe stage {i}/{len(STAGES)}: {stage.name} ({scaled(stage.steps, args.steps_scale)} steps) "
               f"in {args.run_dir / stage.name}", flush=True)
         if stage.grow is not None:
-            grow_into(stage, args)
+            source, depth = stage.grow
+            grow_into(args.run_dir / stage.name / "export", args.run_dir / source / "export", depth, args.seed)
         train.main(stage_argv(stage, args, teacher_cfg))
     student = args.run_dir / STAGES[-1].name / "export"
     args.export.mkdir(parents=True, exist_ok=True)
-    for f in ("embedded.json", "embedded.safetensors", "dit_step.json"):
+    for f in WEIGHT_FILES:
         shutil.copyfile(student / f, args.export / f)
     shutil.copyfile(args.run_dir / "teacher" / "ae_eval.json", args.export / "ae_eval.json")
     (args.export / "training_log.jsonl").write_text(merged_log(args.run_dir))

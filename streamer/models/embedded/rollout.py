@@ -49,6 +49,22 @@ def rollout(model: CausalVideoModel, scripts: list[Script], steps: int | None = 
             pool.release(s)
 
 
+def chunk_conditioning(model: CausalVideoModel, scripts: list[Script], c: int,
+                       prompts: dict[str, PromptCond]) -> Conditioning:
+    """Chunk `c`'s conditioning of every script; `prompts` keeps each text's encoding, and a text
+    it lacks is encoded and added."""
+    f = model.spec.frames_per_chunk
+    texts = [s.prompts[c] for s in scripts]
+    for text in set(texts) - set(prompts):
+        prompts[text] = model.encode_prompt([text])[0]
+    sl = slice(c * f, (c + 1) * f)
+    return Conditioning(
+        prompts=[prompts[t] for t in texts],
+        actions=torch.from_numpy(np.stack([s.actions[sl] for s in scripts])).long(),
+        controls=torch.from_numpy(np.stack([s.controls[sl] for s in scripts])).float(),
+    )
+
+
 def _rollout(model: CausalVideoModel, scripts: list[Script], steps: int | None, seed: int, sampler: str,
              pool: KVCachePool, slots: list[int]) -> RolloutResult:
     spec = model.spec
@@ -62,15 +78,8 @@ def _rollout(model: CausalVideoModel, scripts: list[Script], steps: int | None, 
     out = np.empty((b, t_total, spec.height, spec.width, 3), np.uint8)
     start = time.perf_counter()
     for c in range(t_total // f):
-        texts = [s.prompts[c] for s in scripts]
-        for text in set(texts) - set(prompts):
-            prompts[text] = model.encode_prompt([text])[0]
         sl = slice(c * f, (c + 1) * f)
-        cond = Conditioning(
-            prompts=[prompts[t] for t in texts],
-            actions=torch.from_numpy(np.stack([s.actions[sl] for s in scripts])).long(),
-            controls=torch.from_numpy(np.stack([s.controls[sl] for s in scripts])).float(),
-        )
+        cond = chunk_conditioning(model, scripts, c, prompts)
         x = torch.randn(b, *spec.latent_shape, generator=gen)  # (B, F, C, h, w)
         for i in range(len(schedule)):
             x = denoise_step(model, pool, slots, x, [schedule] * b, [i] * b, cond, sampler,
