@@ -120,8 +120,9 @@ def find_objects(frame: np.ndarray, spec_background: str, min_area: int | None =
     return sorted(out, key=lambda d: -d.area)
 
 
-def _classify_motion(track: np.ndarray, size: int) -> str | None:
-    """Motion name of a centroid track (T, 2) with NaN where the object was not found."""
+def classify_motion(track: np.ndarray, size: int) -> str | None:
+    """Motion name of a centroid track (T, 2) with NaN where the object was not found; None
+    when fewer than two frame-to-frame steps are known (the object found in both frames)."""
     steps = np.diff(track, axis=0)
     steps = (steps + size / 2) % size - size / 2  # a wrap-around jump is a small step back
     steps = steps[~np.isnan(steps).any(axis=1)]
@@ -144,6 +145,17 @@ def read_objects(frame: np.ndarray, spec: SceneSpec) -> list[Detection | None]:
     return [next((d for d in found if d.color == obj.color), None) for obj in spec.objects]
 
 
+def object_tracks(reads: list[list[Detection | None]]) -> np.ndarray:
+    """Per-frame `read_objects` results -> each object's centre track (objects, T, 2), NaN where
+    it was not found."""
+    tracks = np.full((len(reads[0]) if reads else 0, len(reads), 2), np.nan)
+    for t, seen_all in enumerate(reads):
+        for i, seen in enumerate(seen_all):
+            if seen is not None:
+                tracks[i, t] = seen.centre
+    return tracks
+
+
 def score_story(frames: np.ndarray, spec: SceneSpec) -> dict[str, float]:
     """Adherence of story frames (T, H, W, 3) to `spec`.
 
@@ -152,19 +164,17 @@ def score_story(frames: np.ndarray, spec: SceneSpec) -> dict[str, float]:
     """
     size = frames.shape[1]
     bg_ok, obj_ok, shape_ok, colour_ok = [], [], [], []
-    tracks = np.full((len(spec.objects), len(frames), 2), np.nan)
-    for t, frame in enumerate(frames):
+    reads = [read_objects(frame, spec) for frame in frames]
+    for frame, seen_all in zip(frames, reads, strict=True):
         bg_ok.append(background_of(frame) == spec.background)
         ok_all = True
-        for i, (obj, seen) in enumerate(zip(spec.objects, read_objects(frame, spec), strict=True)):
-            if seen is not None:
-                tracks[i, t] = seen.centre
+        for obj, seen in zip(spec.objects, seen_all, strict=True):
             hit = seen is not None and seen.shape == obj.shape
             colour_ok.append(seen is not None)
             shape_ok.append(hit)
             ok_all = ok_all and hit
         obj_ok.append(ok_all)
-    motions = [_classify_motion(tr, size) for tr in tracks]
+    motions = [classify_motion(tr, size) for tr in object_tracks(reads)]
     motion_ok = [m == o.motion for m, o in zip(motions, spec.objects, strict=True)]
     return {
         "adherence": float(np.mean(np.array(bg_ok) & np.array(obj_ok))),
