@@ -51,6 +51,7 @@ import kernels  # noqa: E402
 from benchmarks.common import RESULTS, emit_result  # noqa: E402
 from streamer.argtypes import positive_int  # noqa: E402
 from streamer.calibration import calibrate  # noqa: E402
+from streamer.chunk_steps import commit_noise  # noqa: E402
 from streamer.engine import Engine, EngineConfig, make_scheduler  # noqa: E402
 from streamer.engine_factory import build_model  # noqa: E402
 from streamer.events import Chunk, Refused  # noqa: E402
@@ -100,11 +101,11 @@ def flops_per_frame(model, steps: int) -> float:
     cond = Conditioning([prompt], torch.zeros(1, f, dtype=torch.long), torch.zeros(1, f, spec.control_dim))
     x = torch.randn(1, *spec.latent_shape)
     for _ in range(spec.window_frames // f + 1):  # a full cache window, the steady state
-        model.commit(x, cond, pool.batch([slot], commit=True))
+        model.commit(x, cond, pool.batch([slot], commit=True), commit_noise(spec, 1))
     with reference_kernels(), flop_counter() as counter:
         for _ in range(steps):
             model.denoise(x, torch.tensor([0.5]), cond, pool.batch([slot]))
-        model.commit(x, cond, pool.batch([slot], commit=True))
+        model.commit(x, cond, pool.batch([slot], commit=True), commit_noise(spec, 1))
         model.decode(x)
     return counter.get_total_flops() / f
 

@@ -36,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.common import RESULTS, emit_result  # noqa: E402
 from streamer.argtypes import positive_int  # noqa: E402
-from streamer.chunk_steps import denoise_step  # noqa: E402
+from streamer.chunk_steps import commit_noise, denoise_step  # noqa: E402
 from streamer.hostinfo import host_info  # noqa: E402
 from streamer.models.base import PromptCond  # noqa: E402
 from streamer.models.embedded.evaluate import read_objects  # noqa: E402
@@ -103,7 +103,7 @@ def teacher_forced(model: EmbeddedModel, scripts: list[Script], z: torch.Tensor,
         for i in range(len(schedule)):
             x = denoise_step(model, pool, slots, x, [schedule] * b, [i] * b, cond, "euler", draw_noise)
         out[:, sl] = model.decode(x).numpy()
-        model.commit(real, cond, pool.batch(slots, commit=True))
+        model.commit(real, cond, pool.batch(slots, commit=True), commit_noise(spec, b, gen))
     return out
 
 

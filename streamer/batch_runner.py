@@ -63,7 +63,8 @@ def _commit(engine: Engine, sessions: list[Session]) -> list[tuple[Session, np.n
             raise RuntimeError(f"session {s.id}: commit planned before its chunk was denoised")
         works.append(s.work)
     x0 = torch.stack([w.x0 for w in works if w.x0 is not None])
-    frames = finish_chunk(engine.model, engine.pool, [s.slot for s in sessions], x0, _cond(engine, works))
+    frames = finish_chunk(engine.model, engine.pool, [s.slot for s in sessions], x0, _cond(engine, works),
+                          _stacked([w.commit_noise for w in works]))
     for s in sessions:
         s.finish_chunk()
     return [(s, frames[i]) for i, s in enumerate(sessions)]
@@ -75,5 +76,13 @@ def recache(engine: Engine, session: Session) -> None:
     for w in session.history:
         assert w.x0 is not None  # history holds finished chunks only
         cond = engine.conditioning([session.prompt], [w.actions], [w.controls])
-        engine.model.commit(w.x0[None], cond, engine.pool.batch([session.slot], commit=True))
+        engine.model.commit(w.x0[None], cond, engine.pool.batch([session.slot], commit=True),
+                            _stacked([w.commit_noise]))
     session.needs_recache = False
+
+
+def _stacked(noises: list[torch.Tensor | None]) -> torch.Tensor | None:
+    """The chunks' commit noises as one batch, or None for a model that commits clean."""
+    if any(n is None for n in noises):
+        return None
+    return torch.stack([n for n in noises if n is not None])

@@ -23,7 +23,7 @@ from collections.abc import Callable
 import torch
 
 from .cache.kv_pool import KVCachePool
-from .chunk_steps import finish_chunk
+from .chunk_steps import commit_noise, finish_chunk
 from .models.base import CausalVideoModel, Conditioning
 from .models.device import synchronize
 
@@ -66,12 +66,13 @@ def calibrate(
         first_t = spec.schedule(steps)[0]
         fill = (spec.sink_frames + spec.window_frames) // f
         for _ in range(fill):
-            model.commit(torch.randn(limit, *spec.latent_shape), cond(limit), pool.batch(slots, commit=True))
+            model.commit(torch.randn(limit, *spec.latent_shape), cond(limit), pool.batch(slots, commit=True),
+                         commit_noise(spec, limit))
         calls: dict[tuple[str, int], Callable[[], None]] = {}
         for b in _sizes(limit):
             x = torch.randn(b, *spec.latent_shape)  # (B, F, C, h, w)
             t = torch.full((b,), first_t)
-            c, batch = cond(b), slots[:b]
+            c, batch, noise = cond(b), slots[:b], commit_noise(spec, b)
             # A new input for every call: a step cache (streamer/cache/step_cache.py) would serve
             # a repeat from its cache, and the calibration would time the cheap path.
             inputs = iter(torch.randn(warmup + repeats, b, *spec.latent_shape))
@@ -79,8 +80,8 @@ def calibrate(
             def denoise(inputs=inputs, t=t, c=c, batch=batch) -> None:
                 model.denoise(next(inputs), t, c, pool.batch(batch))
 
-            def commit(x=x, c=c, batch=batch) -> None:
-                finish_chunk(model, pool, batch, x, c)  # decode, then commit: the engine's commit batch
+            def commit(x=x, c=c, batch=batch, noise=noise) -> None:
+                finish_chunk(model, pool, batch, x, c, noise)  # decode, then commit: the engine's commit batch
 
             calls[("denoise", b)], calls[("commit", b)] = denoise, commit
         for _ in range(warmup):

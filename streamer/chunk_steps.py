@@ -17,7 +17,7 @@ from .sampling import next_latent
 
 if TYPE_CHECKING:
     from .cache.kv_pool import KVCachePool
-    from .models.base import CausalVideoModel, Conditioning
+    from .models.base import CausalVideoModel, Conditioning, ModelSpec
 
 
 def denoise_step(
@@ -45,10 +45,20 @@ def denoise_step(
     return next_latent(x, x0, t, t_next, sampler, noise)
 
 
+def commit_noise(spec: ModelSpec, batch: int, generator: torch.Generator | None = None) -> torch.Tensor | None:
+    """The noise `commit` takes for `batch` chunks (B, F, C, h, w), drawn from `generator` (None:
+    torch's global one), or None (nothing drawn) for a model that commits clean (spec.context_noise 0)."""
+    if spec.context_noise == 0:
+        return None
+    return torch.randn(batch, *spec.latent_shape, generator=generator)
+
+
 def finish_chunk(
-    model: CausalVideoModel, pool: KVCachePool, slots: list[int], x0: torch.Tensor, cond: Conditioning
+    model: CausalVideoModel, pool: KVCachePool, slots: list[int], x0: torch.Tensor, cond: Conditioning,
+    noise: torch.Tensor | None = None,
 ) -> np.ndarray:
-    """Decode the clean chunks x0 (B, F, C, h, w), then commit them to their slots' histories.
+    """Decode the clean chunks x0 (B, F, C, h, w), then commit them to their slots' histories
+    (with `noise`, from `commit_noise`, for a model whose spec.context_noise is above 0).
 
     Returns the frames (B, F, H, W, 3) uint8.
     """
@@ -56,5 +66,5 @@ def finish_chunk(
     # slot's history), so it must come last. A failed batch is re-run item by item, and a decode
     # failing after the commit would append every session's chunk to its cache twice.
     frames = model.decode(x0).numpy()
-    model.commit(x0, cond, pool.batch(slots, commit=True))
+    model.commit(x0, cond, pool.batch(slots, commit=True), noise)
     return frames

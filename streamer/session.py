@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 import torch
 
+from .chunk_steps import commit_noise
 from .models.base import ModelSpec, PromptCond
 
 TRANSITIONS = ("cut", "blend", "recache")
@@ -55,6 +56,9 @@ class ChunkWork:
     controls: torch.Tensor  # (F, control_dim)
     prompt_version: int
     x0: torch.Tensor | None = None  # (F, C, h, w) once the last step ran
+    # (F, C, h, w) the noise the chunk is committed with, drawn with its starting noise; kept so a
+    # recache commits it again alike. None for a model that commits clean (spec.context_noise 0).
+    commit_noise: torch.Tensor | None = None
 
 
 class Session:
@@ -131,10 +135,12 @@ class Session:
             if self._blend_done >= self.blend_chunks:
                 self._blend_from = None
         noise = torch.randn(self.spec.latent_shape, generator=self.generator)
+        for_commit = commit_noise(self.spec, 1, self.generator)
         self.work = ChunkWork(
             index=self.chunk_index, steps=steps, timesteps=self.spec.schedule(steps), x=noise,
             prompt=prompt, actions=torch.full((f,), self.action, dtype=torch.int64),
             controls=self.controls[None].repeat(f, 1), prompt_version=self.prompt_version,
+            commit_noise=None if for_commit is None else for_commit[0],
         )
         return self.work
 

@@ -123,9 +123,9 @@ class SlowModelClock(TinyWrapper):
         self.now += 0.080
         return self.inner.denoise(x, t, cond, cache)
 
-    def commit(self, x0, cond, cache):
+    def commit(self, x0, cond, cache, noise=None):
         self.now += 0.080
-        self.inner.commit(x0, cond, cache)
+        self.inner.commit(x0, cond, cache, noise)
 
     def read(self) -> float:
         self.now += 0.005

@@ -36,8 +36,8 @@ class QueuedCommits(TinyWrapper):
         self.queued = False
         return self.inner.decode(x0)
 
-    def commit(self, x0, cond, cache):
-        self.inner.commit(x0, cond, cache)
+    def commit(self, x0, cond, cache, noise=None):
+        self.inner.commit(x0, cond, cache, noise)
         self.commits += 1
         self.queued = True
 

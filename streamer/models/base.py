@@ -48,6 +48,12 @@ class ModelSpec:
     # The flow shift of the model's schedules (1: evenly spaced): another step count than the
     # default keeps it, so 8 steps spend their extra passes where the default 4 spend theirs.
     shift: float = 1.0
+    # The flow time a finished chunk enters the cache at (0: clean). Above 0 the model commits
+    # the chunk noised to that time, so its own past reads as slightly uncertain and its errors
+    # compound less over a rollout (Diffusion Forcing's stabilisation; Self-Forcing's
+    # `context_noise`). The caller then hands `commit` the noise, drawn from each session's
+    # random stream (`commit_noise` in streamer/chunk_steps.py).
+    context_noise: float = 0.0
 
     def schedule(self, steps: int) -> tuple[float, ...]:
         """The timestep schedule for `steps` steps: the default one, or evenly spaced steps in
@@ -79,6 +85,7 @@ class ModelSpec:
             "control_dim": self.control_dim,
             "max_batch": self.max_batch,
             "degrade_min_steps": self.degrade_min_steps,
+            "context_noise": self.context_noise,
         }
 
 
@@ -133,7 +140,11 @@ class CausalVideoModel(Protocol):
         self, x: torch.Tensor, t: torch.Tensor, cond: Conditioning, cache: CacheBatch
     ) -> torch.Tensor: ...
 
-    def commit(self, x0: torch.Tensor, cond: Conditioning, cache: CacheBatch) -> None: ...
+    def commit(self, x0: torch.Tensor, cond: Conditioning, cache: CacheBatch,
+               noise: torch.Tensor | None = None) -> None:
+        """Write the finished chunks x0 (B, F, C, h, w) into their slots' histories. `noise`
+        (standard normal, x0's shape) is required when `spec.context_noise` > 0, ignored otherwise."""
+        ...
 
     def decode(self, x0: torch.Tensor) -> torch.Tensor: ...
 

@@ -51,9 +51,9 @@ async def redirected(transition: str) -> tuple[Collector, int, list, list]:
     streams: list = []
     real_commit, real_decode = engine.model.commit, engine.model.decode
 
-    def commit(x0, cond, cache):
+    def commit(x0, cond, cache, noise=None):
         commits.append((len(cache.slots), cond.prompts[0].text, engine.pool.frames[cache.slots[0]]))
-        return real_commit(x0, cond, cache)
+        return real_commit(x0, cond, cache, noise)
 
     def decode(x0):
         if engine.ready():  # not calibration's decodes

@@ -76,6 +76,13 @@ class EmbeddedConfig:
     # The guidance scale distillation baked into the weights (1.0: none): such a model follows its
     # prompt that strongly in one pass a step, with guidance_scale 1 (see docs/model.md, "Guidance").
     distilled_guidance_scale: float = 1.0
+    # The flow time finished chunks are committed to the cache at (ModelSpec.context_noise; 0:
+    # clean). See docs/model.md, "Committing the past slightly noisy".
+    context_noise: float = 0.0
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.context_noise < 1.0:
+            raise ConfigError(f"field 'context_noise' must be in [0, 1), got {self.context_noise}")
 
     @property
     def context_frames(self) -> int:
@@ -103,7 +110,10 @@ class EmbeddedConfig:
                     kwargs[name] = tuple(float(v) for v in value)
                 else:
                     kwargs[name] = value
-            return kind(**kwargs)
+            try:
+                return kind(**kwargs)
+            except ConfigError as exc:  # a value out of range: name the file too
+                raise ConfigError(f"{source}: {exc}") from None
 
         return build(cls, data, "")
 

@@ -92,6 +92,7 @@ class EmbeddedModel:
             control_dim=d.control_dim,
             max_batch=max_batch,
             shift=cfg.timestep_shift,
+            context_noise=cfg.context_noise,
         )
         self.layout = PoolLayout(
             layers=d.depth, heads=d.heads, head_dim=d.head_dim, tokens_per_frame=d.tokens_per_frame,
@@ -278,18 +279,27 @@ class EmbeddedModel:
                             controls=cond.controls[idx])
 
     @torch.no_grad()
-    def commit(self, x0: torch.Tensor, cond: Conditioning, cache: CacheBatch) -> None:
-        """Run the finished chunk at t = 0 so its clean keys/values enter the cache.
+    def commit(self, x0: torch.Tensor, cond: Conditioning, cache: CacheBatch,
+               noise: torch.Tensor | None = None) -> None:
+        """Run the finished chunk at t = context_noise (0: clean; above, noised with `noise`)
+        so its keys/values enter the cache.
 
-        With `commit_reuse` the clean pass is skipped and the keys/values the last denoising
-        step left in the scratch frames are kept instead (cheaper, slightly noisier context).
-        A chunk no denoise pass wrote (a recache commits kept latents) still gets its clean pass.
+        With `commit_reuse` that pass is skipped and the keys/values the last denoising step
+        left in the scratch frames are kept instead (cheaper, slightly noisier context).
+        A chunk no denoise pass wrote (a recache commits kept latents) still gets its pass.
         """
         if not cache.commit:
             raise ValueError("commit() needs a cache batch made with commit=True")
+        t_c = self.cfg.context_noise
+        if t_c > 0 and (noise is None or noise.shape != x0.shape):
+            raise ValueError(f"commit() of a model with context_noise {t_c} needs noise of x0's shape "
+                             f"{tuple(x0.shape)}, got {None if noise is None else tuple(noise.shape)}")
         if not (self.commit_reuse and all(cache.pool.scratch_denoised[s] for s in cache.slots)):
             xd = x0.to(self.device, torch.float32)
-            self._forward(xd, torch.zeros(xd.shape[0], device=self.device), cond, cache)
+            if t_c > 0:
+                assert noise is not None
+                xd = torch.lerp(xd, noise.to(self.device, torch.float32), t_c)  # flow matching's x_t
+            self._forward(xd, torch.full((xd.shape[0],), t_c, device=self.device), cond, cache)
         rope = self.dit.rope
 
         def rotate_back(keys: torch.Tensor, frames: int) -> torch.Tensor:

@@ -14,7 +14,7 @@ import numpy as np
 import torch
 
 from ...cache.kv_pool import KVCachePool
-from ...chunk_steps import denoise_step, finish_chunk
+from ...chunk_steps import commit_noise, denoise_step, finish_chunk
 from ..base import CausalVideoModel, Conditioning, PromptCond
 from ..device import synchronize
 
@@ -84,6 +84,6 @@ def _rollout(model: CausalVideoModel, scripts: list[Script], steps: int | None, 
         for i in range(len(schedule)):
             x = denoise_step(model, pool, slots, x, [schedule] * b, [i] * b, cond, sampler,
                              lambda: torch.randn(b, *spec.latent_shape, generator=gen))
-        out[:, sl] = finish_chunk(model, pool, slots, x, cond)
+        out[:, sl] = finish_chunk(model, pool, slots, x, cond, commit_noise(spec, b, gen))
     synchronize(model.device)  # the last commit's device work belongs to the rollout's time
     return RolloutResult(out, time.perf_counter() - start)

@@ -158,8 +158,10 @@ class WanCausalModel:
         return x0
 
     @torch.no_grad()
-    def commit(self, x0: torch.Tensor, cond: Conditioning, cache: CacheBatch) -> None:
-        """Run the finished chunk at t = 0 so its clean keys/values enter each slot."""
+    def commit(self, x0: torch.Tensor, cond: Conditioning, cache: CacheBatch,
+               noise: torch.Tensor | None = None) -> None:
+        """Run the finished chunk at t = 0 so its clean keys/values enter each slot (the
+        family commits clean: spec.context_noise is 0 and `noise` goes unused)."""
         if not cache.commit:
             raise ValueError("commit() needs a cache batch made with commit=True")
         self.net(x0, torch.zeros(x0.shape[0]), self._text(cond.prompts), cache=cache)
