@@ -16,6 +16,17 @@ def positive_int(text: str) -> int:
     return value
 
 
+def unit_interval(text: str) -> float:
+    """A number in [0, 1), e.g. a flow time short of pure noise (argparse's error names the flag)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not 0.0 <= value < 1.0:
+        raise argparse.ArgumentTypeError(f"must be in [0, 1), got {value}")
+    return value
+
+
 def add_guidance_arguments(ap: argparse.ArgumentParser) -> None:
     """--guidance and --guidance-min-t, for EmbeddedModel.configure_guidance (None keeps the config's)."""
     ap.add_argument("--guidance", type=float, default=None,

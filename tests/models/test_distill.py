@@ -10,7 +10,12 @@ import pytest
 import torch
 
 from streamer.models.base import Conditioning
-from streamer.models.embedded.distill import guidance_distill_loss, guided_velocity, teacher_problem
+from streamer.models.embedded.distill import (
+    guidance_distill_loss,
+    guided_velocity,
+    past_times,
+    teacher_problem,
+)
 from streamer.models.embedded.model import EmbeddedModel, prompt_tokens
 from streamer.models.embedded.train import ClipSampler, main
 from tests.models.test_causal_equivalence import TOL, tiny_model
@@ -29,8 +34,9 @@ def clean_past_problem(model, chunks: int = 3):
     return x, per_chunk, {"tokens": tokens, "actions": actions, "controls": controls}
 
 
-def commit_past(model, x, per_chunk, data):
-    """Commit every chunk but the last to a cache slot, as a session does -> (cache batch, last chunk's cond)."""
+def commit_past(model, x, per_chunk, data, noise=None):
+    """Commit every chunk but the last to a cache slot, as a session does (with `noise` (1, T, C, h, w)
+    for a model with context noise) -> (cache batch, last chunk's cond)."""
     f = model.cfg.frames_per_chunk
     pool = model.new_pool(1)
     slot = pool.allocate()
@@ -38,7 +44,7 @@ def commit_past(model, x, per_chunk, data):
         sl = slice(k * f, (k + 1) * f)
         cond = Conditioning(model.encode_prompt([text]), data["actions"][:, sl], data["controls"][:, sl])
         if k < len(per_chunk) - 1:
-            model.commit(x[:, sl], cond, pool.batch([slot], commit=True))
+            model.commit(x[:, sl], cond, pool.batch([slot], commit=True), None if noise is None else noise[:, sl])
     return pool.batch([slot]), cond
 
 
@@ -56,6 +62,26 @@ def test_target_equals_guided_inference_over_the_cache():
     cache, cond = commit_past(model, x, per_chunk, data)
     x0 = model.denoise(x[:, -f:], torch.tensor([t_now]), cond, cache)
     torch.testing.assert_close((x[:, -f:] - x0) / t_now, target, atol=TOL, rtol=TOL)
+
+
+def test_with_context_noise_the_target_sees_the_past_as_the_cache_holds_it():
+    """A model committing at t_c: its past noised to t_c in training is its cache at inference."""
+    model = tiny_model()
+    model = EmbeddedModel(dataclasses.replace(model.cfg, context_noise=0.2), model.ae, model.dit)
+    model.configure_guidance(2.5, 0.0)
+    f = model.cfg.frames_per_chunk
+    x, per_chunk, data = clean_past_problem(model)
+    noise = torch.randn_like(x)
+    t_now = 0.75
+    t_frame = torch.full((1, x.shape[1]), 0.2)
+    t_frame[:, -f:] = t_now
+    past_noised = torch.cat([torch.lerp(x[:, :-f], noise[:, :-f], 0.2), x[:, -f:]], 1)
+    target = guided_velocity(model.dit, past_noised, t_frame, data, model.cfg, 2.5)
+
+    cache, cond = commit_past(model, x, per_chunk, data, noise)
+    x0 = model.denoise(x[:, -f:], torch.tensor([t_now]), cond, cache)
+    torch.testing.assert_close((x[:, -f:] - x0) / t_now, target, atol=TOL, rtol=TOL)
+    assert bool(((past_times(model.cfg, 4, 6) >= 0.2) & (past_times(model.cfg, 4, 6) < 0.25)).all())
 
 
 def batch(model):
@@ -168,10 +194,11 @@ def test_a_deeper_teacher_teaches_a_student_of_the_init_s_depth(tmp_path):
     shallow.save(tmp_path / "init")
     common = ["--distill-guidance", str(tmp_path / "teacher"), "--run-dir", str(tmp_path / "run"),
               "--dit-steps", "1", "--batch", "2", "--threads", "1", "--ckpt-minutes", "0"]
-    main([*common, "--init", str(tmp_path / "init"), "--export", str(tmp_path / "out")])
+    main([*common, "--init", str(tmp_path / "init"), "--export", str(tmp_path / "out"), "--context-noise", "0.1"])
     student = EmbeddedModel.load(tmp_path / "out")
     assert student.cfg.dit.depth == shallow.cfg.dit.depth
     assert student.cfg.guidance_scale == 1.0 and student.cfg.distilled_guidance_scale == 2.0
+    assert student.cfg.context_noise == 0.1  # the student's own inference choice, as its past was trained
     wider = tiny_model()
     wider.cfg = dataclasses.replace(wider.cfg, dit=dataclasses.replace(wider.cfg.dit, mlp_ratio=2.0))
     wider.dit = type(wider.dit)(wider.cfg.dit)

@@ -10,8 +10,8 @@ prompt, and it halves the frame rate. Distillation (Meng et al., "On Distillatio
 Diffusion Models", 2023) trains a student, started from the teacher's own weights, to predict
 the teacher's guided velocity directly; the distilled model then runs unguided at full speed.
 
-The target is computed in the shape of inference: a clean past (the cache holds chunks
-committed at t = 0) and a current chunk at a sampling time. Only the last chunk of a clip gets
+The target is computed in the shape of inference: the past as the cache holds it (chunks
+committed at the student's `context_noise`, 0: clean) and a current chunk at a sampling time. Only the last chunk of a clip gets
 a target, because the unconditional pass at inference swaps the prompt of the current chunk
 only: its context stays under the prompt it was committed with. Making the current chunk the
 last one keeps the earlier chunks' features identical in both teacher passes.
@@ -33,6 +33,12 @@ from .dit import CausalDiT
 from .flow import clip_text, noised, sample_times
 from .masks import block_causal_context
 from .model import prompt_tokens
+
+
+def past_times(cfg: EmbeddedConfig, b: int, t: int) -> torch.Tensor:
+    """Flow times (B, T) for the frames of a clip's past, in the shape of inference: the time
+    chunks are committed at (`context_noise`, 0: clean) plus the training's small-noise augmentation."""
+    return cfg.context_noise + torch.rand(b, t) * 0.05
 
 
 def teacher_problem(cfg: EmbeddedConfig) -> str | None:
@@ -77,7 +83,7 @@ def guidance_distill_loss(student: CausalDiT, teacher: CausalDiT, data: dict[str
     x0 = data["x0"]
     b, t = x0.shape[:2]
     f = cfg.frames_per_chunk
-    t_frame = torch.rand(b, t) * 0.05  # the clean past, with the training's small-noise augmentation
+    t_frame = past_times(cfg, b, t)
     t_frame[:, -f:] = sample_times(cfg, (b, 1))
     x_t, _ = noised(x0, t_frame)
     return last_chunk_error(student, x_t, t_frame, data, cfg, guided_velocity(teacher, x_t, t_frame, data, cfg, scale))
@@ -126,7 +132,7 @@ def step_distill_loss(student: CausalDiT, teacher: CausalDiT, data: dict[str, to
     f = cfg.frames_per_chunk
     step = torch.randint(len(grids[0]), (b,))  # which of the student's steps each clip trains
     t_now, t_mid, t_next = (g[step] for g in grids)
-    t_frame = torch.rand(b, t) * 0.05  # the clean past, as in guidance_distill_loss
+    t_frame = past_times(cfg, b, t)
     t_frame[:, -f:] = t_now[:, None]
     x_t, _ = noised(x0, t_frame)
     return last_chunk_error(student, x_t, t_frame, data, cfg,

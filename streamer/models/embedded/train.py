@@ -35,7 +35,7 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
-from ...argtypes import positive_int
+from ...argtypes import positive_int, unit_interval
 from .autoencoder import Autoencoder, to_unit
 from .config import EmbeddedConfig, differing_fields
 from .distill import guidance_distill_loss, halving_grids, step_distill_loss, teacher_problem
@@ -334,18 +334,26 @@ def load_teacher(args: argparse.Namespace, folder: Path, guided: bool) -> tuple[
 def student_init(args: argparse.Namespace, teacher: EmbeddedModel, folder: Path) -> EmbeddedModel:
     """The weights a student starts from: `--init`, or the teacher's own.
 
-    All an init may have of its own is its guidance and default schedule (a student's), and its
-    depth: a deeper teacher (`--grow-depth`) can teach a student the runtime can afford.
+    All an init may have of its own is its guidance, default schedule and context noise (a
+    student's inference choices), and its depth: a deeper teacher (`--grow-depth`) can teach a student the runtime can afford.
     Everything else fixes what the latents, prompts, actions and positions mean, so it must match.
     """
     if args.init is None:
         return teacher
     init = EmbeddedModel.load(args.init)
-    own = {"guidance_scale", "guidance_min_t", "distilled_guidance_scale", "timesteps", "dit.depth"}
+    own = {"guidance_scale", "guidance_min_t", "distilled_guidance_scale", "timesteps", "context_noise", "dit.depth"}
     differ = [name for name in differing_fields(init.cfg, teacher.cfg) if name not in own]
     if differ:
         raise SystemExit(f"{args.init}: config field '{differ[0]}' differs from the teacher's in {folder}")
     return init
+
+
+def student_cfg(args: argparse.Namespace, init: EmbeddedModel) -> EmbeddedConfig:
+    """The init's config with `--context-noise` (when given): the student's past is then trained
+    at the time its chunks will be committed at (distill.past_times)."""
+    if args.context_noise is None:
+        return init.cfg
+    return dataclasses.replace(init.cfg, context_noise=args.context_noise)
 
 
 def distill_guidance(args: argparse.Namespace) -> None:
@@ -354,7 +362,8 @@ def distill_guidance(args: argparse.Namespace) -> None:
     teacher, teacher_step = load_teacher(args, args.distill_guidance, guided=True)
     init = student_init(args, teacher, args.distill_guidance)
     scale = teacher.cfg.guidance_scale
-    cfg = dataclasses.replace(init.cfg, guidance_scale=1.0, guidance_min_t=0.0, distilled_guidance_scale=scale)
+    cfg = dataclasses.replace(student_cfg(args, init), guidance_scale=1.0, guidance_min_t=0.0,
+                              distilled_guidance_scale=scale)
     model = EmbeddedModel(cfg, ae=teacher.ae, dit=copy.deepcopy(init.dit).requires_grad_(True))
     train_dit(model, args.run_dir, args.dit_steps, args.batch, args.seed, args.ckpt_minutes, args.export, args.lr,
               args.cooldown_steps, lambda net, data: guidance_distill_loss(net, teacher.dit, data, cfg, scale),
@@ -368,7 +377,7 @@ def distill_steps(args: argparse.Namespace) -> None:
     teacher, teacher_step = load_teacher(args, args.distill_steps, guided=False)
     init = student_init(args, teacher, args.distill_steps)
     steps = args.student_steps or init.spec.default_steps
-    cfg = dataclasses.replace(init.cfg, timesteps=init.spec.schedule(steps))
+    cfg = dataclasses.replace(student_cfg(args, init), timesteps=init.spec.schedule(steps))
     scale = teacher.cfg.guidance_scale
     if scale != 1.0:  # a guided teacher's student runs unguided: the guidance is in its targets
         cfg = dataclasses.replace(cfg, guidance_scale=1.0, distilled_guidance_scale=scale)
@@ -422,6 +431,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--student-steps", type=positive_int, default=None,
                     help="with --distill-steps: the student's default step count (default: the --init weights'); "
                          "the teacher runs twice as many")
+    ap.add_argument("--context-noise", type=unit_interval, default=None, metavar="T",
+                    help="with --distill-guidance or --distill-steps: the flow time the student commits its past at "
+                         "(default: the --init weights'), which its past is trained at")
     args = ap.parse_args(argv)
     if args.decoder_steps and args.autoencoder_steps:
         ap.error("--decoder-steps and --autoencoder-steps are two different fine-tunes: give one")
