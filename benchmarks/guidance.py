@@ -67,7 +67,8 @@ def main(argv: list[str] | None = None) -> int:
         steps = steps or model.spec.default_steps
         scores = ec.score_seeds(model, args.seeds, args.story, args.game, redirect=True, steps=steps)
         row = {"name": name, "weights": str(weights or "shipped"), "guidance_scale": model.cfg.guidance_scale,
-               "distilled_guidance_scale": model.cfg.distilled_guidance_scale, "steps": steps,
+               "distilled_guidance_scale": model.cfg.distilled_guidance_scale, "context_noise": model.cfg.context_noise,
+               "steps": steps,
                **{k: None if np.isnan(v) else v for k, v in scores.items()},  # not measurable: null in the JSON
                "fps_single": ec.speed(model, steps, "euler", (1,))[1]["frames_per_s"]}
         rows.append(row)

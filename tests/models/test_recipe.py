@@ -4,7 +4,7 @@ import json
 
 from streamer.engine_factory import tiny_embedded
 from streamer.models.embedded.model import EmbeddedModel
-from streamer.models.embedded.recipe import STAGES, main
+from streamer.models.embedded.recipe import CONTEXT_NOISE, STAGES, main
 
 
 def test_recipe_runs_every_stage_into_one_student_and_resumes(tmp_path, capsys):
@@ -22,6 +22,8 @@ def test_recipe_runs_every_stage_into_one_student_and_resumes(tmp_path, capsys):
                       "teacher_steps": 8}
     # The student runs unguided with the teacher's guidance distilled in; the teacher was guided.
     assert (student.cfg.guidance_scale, student.cfg.distilled_guidance_scale) == (1.0, 2.0)
+    assert student.cfg.context_noise == CONTEXT_NOISE > 0  # the shipped inference setting, on the export only
+    assert EmbeddedModel.load(tmp_path / "run" / "steps" / "export").cfg.context_noise == 0
     teacher = EmbeddedModel.load(tmp_path / "run" / "teacher12" / "export")
     assert teacher.cfg.guidance_scale == 2.0
     # The 12-block teacher teaches a student of the first teacher's depth.

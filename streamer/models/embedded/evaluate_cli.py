@@ -223,6 +223,7 @@ def main(argv: list[str] | None = None) -> int:
     res["guidance_scale"] = model.cfg.guidance_scale
     res["guidance_min_t"] = model.cfg.guidance_min_t
     res["distilled_guidance_scale"] = model.cfg.distilled_guidance_scale  # baked into the weights
+    res["context_noise"] = model.cfg.context_noise  # the flow time chunks are committed at
     res["device"] = args.device
     res["host"] = host_info(model.device)  # a frame rate is read against its host (streamer/hostinfo.py)
     res["eval_seconds"] = round(time.perf_counter() - started, 1)

@@ -13,6 +13,10 @@ history folded into one pass:
 4. steps: step distillation from the 12-block teacher, starting from stage 3's student (its 4
    steps land where the guided teacher's 8 land).
 
+The exported student then commits its past at flow time `CONTEXT_NOISE` (an inference setting
+chosen on the finished weights, which were distilled with a clean past: docs/model.md,
+"Committing the past slightly noisy").
+
 Every stage is train.py's own resumable run in `<run-dir>/<stage>`, so the recipe is too: run
 the same command again after an interruption (or in the next work session) and it goes on where
 it stopped; finished stages are passed over in seconds. The student and the merged training log
@@ -25,6 +29,7 @@ between their pieces (docs/model.md, "Reproducing the shipped weights").
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import shutil
 from pathlib import Path
@@ -61,6 +66,7 @@ STAGES: tuple[Stage, ...] = (
 WEIGHT_FILES = ("embedded.json", "embedded.safetensors", "dit_step.json")  # a stage's exported weights
 AE_STEPS = 7500  # 1,500 steps first, then 6,000 of fine-tuning, made the shipped autoencoder
 TEACHER_GUIDANCE = 2.0
+CONTEXT_NOISE = 0.2  # the shipped student's context_noise, set on the export (not trained at)
 
 
 def scaled(n: int, scale: float) -> int:
@@ -134,6 +140,8 @@ def main(argv: list[str] | None = None) -> None:
     args.export.mkdir(parents=True, exist_ok=True)
     for f in WEIGHT_FILES:
         shutil.copyfile(student / f, args.export / f)
+    cfg = EmbeddedConfig.load(args.export / "embedded.json")
+    dataclasses.replace(cfg, context_noise=CONTEXT_NOISE).save(args.export / "embedded.json")
     shutil.copyfile(args.run_dir / "teacher" / "ae_eval.json", args.export / "ae_eval.json")
     (args.export / "training_log.jsonl").write_text(merged_log(args.run_dir))
     record = json.loads((student / "dit_step.json").read_text())

@@ -74,6 +74,9 @@ def _rollout(model: CausalVideoModel, scripts: list[Script], steps: int | None, 
         raise ValueError("every script needs the same length, with one prompt per chunk")
     schedule = spec.schedule(steps or spec.default_steps)
     gen = torch.Generator().manual_seed(seed)
+    # The commit noise (a model with context_noise) has a stream of its own, so rollouts of one
+    # seed start every chunk from the same noise whatever the context noise: paired comparisons.
+    commit_gen = torch.Generator().manual_seed(int(np.random.SeedSequence([seed, 1]).generate_state(1)[0]))
     prompts: dict[str, PromptCond] = {}
     out = np.empty((b, t_total, spec.height, spec.width, 3), np.uint8)
     start = time.perf_counter()
@@ -84,6 +87,6 @@ def _rollout(model: CausalVideoModel, scripts: list[Script], steps: int | None, 
         for i in range(len(schedule)):
             x = denoise_step(model, pool, slots, x, [schedule] * b, [i] * b, cond, sampler,
                              lambda: torch.randn(b, *spec.latent_shape, generator=gen))
-        out[:, sl] = finish_chunk(model, pool, slots, x, cond, commit_noise(spec, b, gen))
+        out[:, sl] = finish_chunk(model, pool, slots, x, cond, commit_noise(spec, b, commit_gen))
     synchronize(model.device)  # the last commit's device work belongs to the rollout's time
     return RolloutResult(out, time.perf_counter() - start)
