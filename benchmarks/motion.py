@@ -125,7 +125,8 @@ def main(argv: list[str] | None = None) -> int:
                                      for g, r in row.items()}
         print(f"{name:>11} " + " ".join(f"{g} {r['accuracy']:.2f}" for g, r in row.items() if g != "ratios_vs_rendered")
               + "  failures " + " ".join(f"{k} {row['all'][k]}" for k in FAILURES), file=sys.stderr)
-    result = {"weights": str(args.weights or "shipped"), "guidance_scale": model.cfg.guidance_scale, "steps": steps,
+    result = {"weights": str(args.weights or "shipped"), "guidance_scale": model.cfg.guidance_scale,
+              "context_noise": model.cfg.context_noise, "steps": steps,
               "clips": args.clips, "frames_per_clip": scripts[0].frames, "seed": args.seed, "threads": args.threads,
               "stages": stages, "host": host_info(torch.device("cpu"))}
     emit_result(result, args.out, args.json)

@@ -156,7 +156,8 @@ def main(argv: list[str] | None = None) -> int:
                                      if base[g]["shape_and_colour"] else None for g, r in row.items()}
         print(f"{name:>12} shape+colour {row['all']['shape_and_colour']:.3f} colour {row['all']['colour']:.3f} "
               + " ".join(f"{s} {row[s]['shape_and_colour']:.2f}" for s in SHAPES if s in row), file=sys.stderr)
-    result = {"weights": str(args.weights or "shipped"), "guidance_scale": model.cfg.guidance_scale, "steps": steps,
+    result = {"weights": str(args.weights or "shipped"), "guidance_scale": model.cfg.guidance_scale,
+              "context_noise": model.cfg.context_noise, "steps": steps,
               "clips": args.clips, "frames_per_clip": scripts[0].frames, "seed": args.seed, "threads": args.threads,
               "stages": rows, "host": host_info(torch.device("cpu"))}
     emit_result(result, args.out, args.json)
