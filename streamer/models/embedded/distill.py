@@ -11,10 +11,11 @@ Diffusion Models", 2023) trains a student, started from the teacher's own weight
 the teacher's guided velocity directly; the distilled model then runs unguided at full speed.
 
 The target is computed in the shape of inference: the past as the cache holds it (chunks
-committed at the student's `context_noise`, 0: clean) and a current chunk at a sampling time. Only the last chunk of a clip gets
-a target, because the unconditional pass at inference swaps the prompt of the current chunk
-only: its context stays under the prompt it was committed with. Making the current chunk the
-last one keeps the earlier chunks' features identical in both teacher passes.
+committed at the student's `context_noise`, 0: clean) and a current chunk at a sampling time.
+Only the last chunk of a clip gets a target, because the unconditional pass at inference swaps
+the prompt of the current chunk only: its context stays under the prompt it was committed with.
+Making the current chunk the last one keeps the earlier chunks' features identical in both
+teacher passes.
 
 Step distillation (progressive distillation, Salimans & Ho 2022) halves the step count: the
 student's Euler step from t_i to t_{i+1} of its schedule must land where two teacher steps land,
