@@ -32,24 +32,18 @@ About a minute for a student on 2 cores, 3 for a guided teacher at 8 steps.
 
 from __future__ import annotations
 
-import argparse
 import sys
 from collections import Counter
 from pathlib import Path
 
 import numpy as np
-import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.common import RESULTS, emit_result  # noqa: E402
-from benchmarks.shapes import latents, rendered, teacher_forced  # noqa: E402
-from streamer.argtypes import positive_int  # noqa: E402
-from streamer.hostinfo import host_info  # noqa: E402
+from benchmarks.common import RESULTS  # noqa: E402
+from benchmarks.shapes import emit_story_bench, story_bench, teacher_forced  # noqa: E402
 from streamer.models.embedded.evaluate import classify_motion, object_tracks, read_objects  # noqa: E402
-from streamer.models.embedded.model import EmbeddedModel  # noqa: E402
 from streamer.models.embedded.rollout import rollout  # noqa: E402
-from streamer.models.embedded.scripts import story_scripts  # noqa: E402
 from streamer.models.embedded.vocab import MOTIONS, SceneSpec  # noqa: E402
 
 FAILURES = ("lost", "swapped", "bounce", "other")
@@ -96,42 +90,20 @@ def motion_reads(clips: np.ndarray, specs: list[SceneSpec]) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--weights", type=Path, default=None, help="weights folder (default: shipped)")
-    ap.add_argument("--guidance", type=float, default=None, help="guidance scale (default: the weights' own)")
-    ap.add_argument("--steps", type=positive_int, default=None, help="denoising steps (default: the weights' own)")
-    ap.add_argument("--clips", type=positive_int, default=48)
-    ap.add_argument("--chunks", type=positive_int, default=12, help="chunks a clip")
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--threads", type=positive_int, default=2)
-    ap.add_argument("--json", action="store_true", help="print the result object as the last line")
-    ap.add_argument("--out", type=Path, default=RESULTS / "motion.json")
-    args = ap.parse_args(argv)
-    torch.set_num_threads(args.threads)
-    model = EmbeddedModel.load(args.weights)
-    model.configure_guidance(args.guidance)
-    steps = args.steps or model.spec.default_steps
-    scripts, specs = story_scripts(np.random.default_rng(args.seed), args.clips, args.chunks,
-                                   model.spec.frames_per_chunk)
-    real = rendered(specs, scripts[0].frames, model.spec.height, args.seed)
-    z = latents(model, real)
-    stages = {name: motion_reads(clips, specs) for name, clips in (
-        ("rendered", real), ("autoencoder", model.decode(z).numpy()),
-        ("dit_t1", teacher_forced(model, scripts, z, 1.0, steps, args.seed)),
-        ("rollout", rollout(model, scripts, steps, args.seed).frames))}
+    bench = story_bench(argv, __doc__ or "", 48, RESULTS / "motion.json")
+    model, scripts, z, steps, seed = bench.model, bench.scripts, bench.z, bench.steps, bench.args.seed
+    stages = {name: motion_reads(clips, bench.specs) for name, clips in (
+        ("rendered", bench.real), ("autoencoder", model.decode(z).numpy()),
+        ("dit_t1", teacher_forced(model, scripts, z, 1.0, steps, seed)),
+        ("rollout", rollout(model, scripts, steps, seed).frames))}
     base = stages["rendered"]
     for name, row in stages.items():
         row["ratios_vs_rendered"] = {g: r["accuracy"] / base[g]["accuracy"] if base[g]["accuracy"] else None
                                      for g, r in row.items()}
         print(f"{name:>11} " + " ".join(f"{g} {r['accuracy']:.2f}" for g, r in row.items() if g != "ratios_vs_rendered")
               + "  failures " + " ".join(f"{k} {row['all'][k]}" for k in FAILURES), file=sys.stderr)
-    result = {"weights": str(args.weights or "shipped"), "guidance_scale": model.cfg.guidance_scale,
-              "context_noise": model.cfg.context_noise, "steps": steps,
-              "clips": args.clips, "frames_per_clip": scripts[0].frames, "seed": args.seed, "threads": args.threads,
-              "stages": stages, "host": host_info(torch.device("cpu"))}
-    emit_result(result, args.out, args.json)
+    emit_story_bench(bench, stages)
     return 0
-
 
 if __name__ == "__main__":
     raise SystemExit(main())

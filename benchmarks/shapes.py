@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -125,44 +126,67 @@ def shape_reads(clips: np.ndarray, specs: list[SceneSpec]) -> dict:
             for g, (n, seen, right) in sorted(counts.items())}
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+class StoryBench(NamedTuple):
+    """What a stage benchmark (this one, benchmarks/motion.py) reads: its arguments, the model,
+    the story clips drawn as the evaluator draws them, rendered and encoded."""
+
+    args: argparse.Namespace
+    model: EmbeddedModel
+    steps: int
+    scripts: list[Script]
+    specs: list[SceneSpec]
+    real: np.ndarray  # (B, T, H, W, 3) the renderer's clips
+    z: torch.Tensor  # (B, T, C, h, w) their latents
+
+
+def story_bench(argv: list[str] | None, description: str, clips: int, out: Path) -> StoryBench:
+    """Parse a stage benchmark's command line and set up its model and clips."""
+    ap = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--weights", type=Path, default=None, help="weights folder (default: shipped)")
     ap.add_argument("--guidance", type=float, default=None, help="guidance scale (default: the weights' own)")
     ap.add_argument("--steps", type=positive_int, default=None, help="denoising steps (default: the weights' own)")
-    ap.add_argument("--clips", type=positive_int, default=24)
+    ap.add_argument("--clips", type=positive_int, default=clips)
     ap.add_argument("--chunks", type=positive_int, default=12, help="chunks a clip")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=positive_int, default=2)
     ap.add_argument("--json", action="store_true", help="print the result object as the last line")
-    ap.add_argument("--out", type=Path, default=RESULTS / "shapes.json")
+    ap.add_argument("--out", type=Path, default=out)
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     model = EmbeddedModel.load(args.weights)
     model.configure_guidance(args.guidance)
-    steps = args.steps or model.spec.default_steps
     scripts, specs = story_scripts(np.random.default_rng(args.seed), args.clips, args.chunks,
                                    model.spec.frames_per_chunk)
     real = rendered(specs, scripts[0].frames, model.spec.height, args.seed)
-    z = latents(model, real)
-    stages = {"rendered": real, **{f"blur{s:g}": blurred(real, s) for s in BLURS},
+    return StoryBench(args, model, args.steps or model.spec.default_steps, scripts, specs, real, latents(model, real))
+
+
+def emit_story_bench(bench: StoryBench, stages: dict) -> None:
+    """Write a stage benchmark's result: what ran, on which clips, and the stages' figures."""
+    args, model = bench.args, bench.model
+    result = {"weights": str(args.weights or "shipped"), "guidance_scale": model.cfg.guidance_scale,
+              "context_noise": model.cfg.context_noise, "steps": bench.steps,
+              "clips": args.clips, "frames_per_clip": bench.scripts[0].frames, "seed": args.seed,
+              "threads": args.threads, "stages": stages, "host": host_info(torch.device("cpu"))}
+    emit_result(result, args.out, args.json)
+
+
+def main(argv: list[str] | None = None) -> int:
+    bench = story_bench(argv, __doc__ or "", 24, RESULTS / "shapes.json")
+    model, scripts, z, steps, seed = bench.model, bench.scripts, bench.z, bench.steps, bench.args.seed
+    stages = {"rendered": bench.real, **{f"blur{s:g}": blurred(bench.real, s) for s in BLURS},
               "autoencoder": model.decode(z).numpy(),
-              **{f"dit_t{t:g}": teacher_forced(model, scripts, z, t, steps, args.seed) for t in NOISE_LEVELS},
-              "rollout": rollout(model, scripts, steps, args.seed).frames}
-    rows = {name: shape_reads(clips, specs) for name, clips in stages.items()}
+              **{f"dit_t{t:g}": teacher_forced(model, scripts, z, t, steps, seed) for t in NOISE_LEVELS},
+              "rollout": rollout(model, scripts, steps, seed).frames}
+    rows = {name: shape_reads(clips, bench.specs) for name, clips in stages.items()}
     base = rows["rendered"]
     for name, row in rows.items():
         row["ratios_vs_rendered"] = {g: r["shape_and_colour"] / base[g]["shape_and_colour"]
                                      if base[g]["shape_and_colour"] else None for g, r in row.items()}
         print(f"{name:>12} shape+colour {row['all']['shape_and_colour']:.3f} colour {row['all']['colour']:.3f} "
               + " ".join(f"{s} {row[s]['shape_and_colour']:.2f}" for s in SHAPES if s in row), file=sys.stderr)
-    result = {"weights": str(args.weights or "shipped"), "guidance_scale": model.cfg.guidance_scale,
-              "context_noise": model.cfg.context_noise, "steps": steps,
-              "clips": args.clips, "frames_per_clip": scripts[0].frames, "seed": args.seed, "threads": args.threads,
-              "stages": rows, "host": host_info(torch.device("cpu"))}
-    emit_result(result, args.out, args.json)
+    emit_story_bench(bench, rows)
     return 0
-
 
 if __name__ == "__main__":
     raise SystemExit(main())
