@@ -173,7 +173,7 @@ def test_flow_matching_training_refuses_to_warm_start_from_a_distilled_student(t
               "--batch", "2", "--threads", "1"])
 
 
-@pytest.mark.parametrize("name", ["teacher", "teacher12"])
+@pytest.mark.parametrize("name", ["teacher", "teacher12", "teacher12-recycled"])
 def test_the_committed_teacher_is_a_guided_flow_matching_model(name: str) -> None:
     # Base training warm-starts from it and distillation needs it guided on every step.
     folder = Path(__file__).resolve().parents[2] / "checkpoints" / name

@@ -31,7 +31,7 @@ import torch
 
 from .config import EmbeddedConfig
 from .dit import CausalDiT
-from .flow import clip_text, noised, sample_times
+from .flow import clip_text, noised, recycled_past, sample_times
 from .masks import block_causal_context
 from .model import prompt_tokens
 
@@ -40,6 +40,18 @@ def past_times(cfg: EmbeddedConfig, b: int, t: int) -> torch.Tensor:
     """Flow times (B, T) for the frames of a clip's past, in the shape of inference: the time
     chunks are committed at (`context_noise`, 0: clean) plus the training's small-noise augmentation."""
     return cfg.context_noise + torch.rand(b, t) * 0.05
+
+
+def own_past(student: CausalDiT, x0: torch.Tensor, cfg: EmbeddedConfig, data: dict[str, torch.Tensor],
+             recycle: float) -> torch.Tensor:
+    """x0 with the past of a share `recycle` of the clips replaced by the student's own estimate
+    of it (flow.recycled_past): teacher and student then both see it, so the student learns what
+    a teacher trained on such pasts does with them."""
+    if recycle <= 0:
+        return x0
+    b, t = x0.shape[:2]
+    past = torch.arange(t)[None] < t - cfg.frames_per_chunk
+    return recycled_past(student, x0, past & (torch.rand(b, 1) < recycle), data, cfg)
 
 
 def teacher_problem(cfg: EmbeddedConfig) -> str | None:
@@ -79,9 +91,10 @@ def guided_velocity(teacher: CausalDiT, x_t: torch.Tensor, t_frame: torch.Tensor
 
 
 def guidance_distill_loss(student: CausalDiT, teacher: CausalDiT, data: dict[str, torch.Tensor],
-                          cfg: EmbeddedConfig, scale: float) -> torch.Tensor:
-    """Mean squared error between the student's velocity and the teacher's guided one, on the last chunk."""
-    x0 = data["x0"]
+                          cfg: EmbeddedConfig, scale: float, recycle: float = 0.0) -> torch.Tensor:
+    """Mean squared error between the student's velocity and the teacher's guided one, on the
+    last chunk (`recycle`: see own_past)."""
+    x0 = own_past(student, data["x0"], cfg, data, recycle)
     b, t = x0.shape[:2]
     f = cfg.frames_per_chunk
     t_frame = past_times(cfg, b, t)
@@ -125,10 +138,11 @@ def halving_grids(student: tuple[float, ...], teacher: tuple[float, ...]) -> tup
 
 
 def step_distill_loss(student: CausalDiT, teacher: CausalDiT, data: dict[str, torch.Tensor], cfg: EmbeddedConfig,
-                      scale: float, grids: tuple[torch.Tensor, ...]) -> torch.Tensor:
+                      scale: float, grids: tuple[torch.Tensor, ...], recycle: float = 0.0) -> torch.Tensor:
     """Mean squared error between the student's velocity at a time of its schedule and the
-    velocity of the teacher's two steps from there (`grids` from `halving_grids`), on the last chunk."""
-    x0 = data["x0"]
+    velocity of the teacher's two steps from there (`grids` from `halving_grids`), on the last
+    chunk (`recycle`: see own_past)."""
+    x0 = own_past(student, data["x0"], cfg, data, recycle)
     b, t = x0.shape[:2]
     f = cfg.frames_per_chunk
     step = torch.randint(len(grids[0]), (b,))  # which of the student's steps each clip trains

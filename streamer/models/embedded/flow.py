@@ -9,6 +9,10 @@ import torch
 
 from .config import EmbeddedConfig
 from .dit import CausalDiT
+from .masks import block_causal_context
+
+# Noise levels a recycled past is re-estimated from (`recycled_past`): from a mild blur to a guess.
+RECYCLE_TIMES = (0.25, 0.75)
 
 
 def clip_text(dit: CausalDiT, tokens: torch.Tensor) -> dict[str, torch.Tensor]:
@@ -36,3 +40,31 @@ def noised(x0: torch.Tensor, t_frame: torch.Tensor) -> tuple[torch.Tensor, torch
     noise = torch.randn_like(x0)
     t = t_frame[..., None, None, None]
     return (1 - t) * x0 + t * noise, noise
+
+
+def recycled_past(dit: CausalDiT, x0: torch.Tensor, frames: torch.Tensor, data: dict[str, torch.Tensor],
+                  cfg: EmbeddedConfig) -> torch.Tensor:
+    """x0 (B, T, C, h, w) with the frames `frames` (B, T, bool) replaced by `dit`'s own estimate
+    of them: each chunk noised to a time in RECYCLE_TIMES and denoised in one pass.
+
+    At inference a chunk's past is the model's own output, with its errors (a square gone round,
+    an object off its track); trained on the real past only, the model has never seen them, and
+    rollouts lose motion that the same model given the real past keeps (docs/model.md, "Where the
+    motion is lost"). Error recycling (Stable Video Infinity, Li et al. 2025) trains on pasts that
+    carry the model's own errors while the target stays what it was.
+    """
+    rows = frames.any(1).nonzero().flatten()
+    if len(rows) == 0:
+        return x0
+    b, t = len(rows), x0.shape[1]
+    f = cfg.frames_per_chunk
+    lo, hi = RECYCLE_TIMES
+    t_r = (lo + (hi - lo) * torch.rand(b, t // f)).repeat_interleave(f, 1)
+    x_r, _ = noised(x0[rows], t_r)
+    with torch.no_grad():
+        v = dit(x_r, t_r, clip_text(dit, data["tokens"][rows]), data["actions"][rows], data["controls"][rows],
+                block_causal_context(b, t, f, cfg.dit.tokens_per_frame))
+    out = x0.clone()
+    est = x_r - t_r[..., None, None, None] * v
+    out[rows] = torch.where(frames[rows][..., None, None, None], est, x0[rows])
+    return out

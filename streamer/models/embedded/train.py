@@ -9,6 +9,7 @@ Two stages, each resumable from `--run-dir` (checkpoints every few minutes):
    sink chunk, because in a long stream the sinks are old. Prompts switch mid-clip so
    redirects are learned, and a tenth of the chunks are trained under the empty prompt so
    that classifier-free guidance has an unconditional prediction to steer away from.
+   `--recycle P` gives a share of the clean pasts the model's own errors (flow.recycled_past).
 
 Two optional stages distil (distill.py): `--distill-guidance TEACHER` turns a guided model into
 one that needs one pass a step, and `--distill-steps TEACHER` makes a model's every step do what
@@ -40,7 +41,7 @@ from .autoencoder import Autoencoder, to_unit
 from .config import EmbeddedConfig, differing_fields
 from .distill import guidance_distill_loss, halving_grids, step_distill_loss, teacher_problem
 from .dit import CausalDiT
-from .flow import clip_text, noised, sample_times
+from .flow import clip_text, noised, recycled_past, sample_times
 from .grow import grown_decoder, grown_dit
 from .masks import block_causal_context
 from .model import WEIGHTS_DIR, EmbeddedModel, prompt_tokens
@@ -189,7 +190,9 @@ class ClipSampler:
         }
 
 
-def dit_loss(dit: CausalDiT, data: dict[str, torch.Tensor], cfg: EmbeddedConfig) -> torch.Tensor:
+def dit_loss(dit: CausalDiT, data: dict[str, torch.Tensor], cfg: EmbeddedConfig, recycle: float = 0.0) -> torch.Tensor:
+    """Flow-matching loss of a batch of clips. `recycle`: the share of clean-past clips whose past
+    is the model's own estimate of it (`recycled_past`), against the exposure gap of rollouts."""
     x0 = data["x0"]
     b, t = x0.shape[:2]
     f = cfg.frames_per_chunk
@@ -202,10 +205,14 @@ def dit_loss(dit: CausalDiT, data: dict[str, torch.Tensor], cfg: EmbeddedConfig)
     clean_prefix = (torch.arange(chunks)[None] < first) & (torch.rand(b, 1) < 0.5)
     t_chunk = torch.where(clean_prefix, torch.rand(b, chunks) * 0.05, t_chunk)
     t_frame = t_chunk.repeat_interleave(f, 1)  # (B, T)
-    x_t, noise = noised(x0, t_frame)
-
     text = clip_text(dit, data["tokens"])
     ctx = block_causal_context(b, t, f, cfg.dit.tokens_per_frame)
+    if recycle > 0:
+        own = clean_prefix & (torch.rand(b, 1) < recycle)
+        # Only the past is replaced: its frames are context (weight 0 below), the chunks trained
+        # keep the real clip, so the model learns to carry on the real motion from an imperfect past.
+        x0 = recycled_past(dit, x0, own.repeat_interleave(f, 1), data, cfg)
+    x_t, noise = noised(x0, t_frame)
     v = dit(x_t, t_frame, text, data["actions"], data["controls"], ctx)
     # Nearly clean chunks are context only: their velocity target is unpredictable noise.
     weight = (t_frame > 0.05).float()[..., None, None, None]
@@ -225,7 +232,7 @@ def data_streams(seed: int, step: int) -> np.random.Generator:
 def train_dit(model: EmbeddedModel, run: Path, steps: int, batch: int, seed: int,
               minutes_per_ckpt: float, export: Path, lr: float, cooldown: int = 0,
               loss_fn: Callable[[CausalDiT, dict[str, torch.Tensor]], torch.Tensor] | None = None,
-              record: dict | None = None) -> None:
+              record: dict | None = None, recycle: float = 0.0) -> None:
     """Train `model.dit` with `loss_fn` (default: flow matching, `dit_loss`), resumable from `run`.
 
     `record` is written into the exported dit_step.json beside the step (what the run was).
@@ -234,7 +241,7 @@ def train_dit(model: EmbeddedModel, run: Path, steps: int, batch: int, seed: int
     run_stage = (record or {}).get("stage", BASE_STAGE)
     if loss_fn is None:
         def loss_fn(net: CausalDiT, data: dict[str, torch.Tensor]) -> torch.Tensor:
-            return dit_loss(net, data, cfg)
+            return dit_loss(net, data, cfg, recycle)
     ema = copy.deepcopy(dit).eval()
     for p in ema.parameters():
         p.requires_grad_(False)
@@ -356,6 +363,11 @@ def student_cfg(args: argparse.Namespace, init: EmbeddedModel) -> EmbeddedConfig
     return dataclasses.replace(init.cfg, context_noise=args.context_noise)
 
 
+def recycled(args: argparse.Namespace) -> dict[str, float]:
+    """The run's error-recycling share for its exported record (nothing when off)."""
+    return {"recycle": args.recycle} if args.recycle else {}
+
+
 def distill_guidance(args: argparse.Namespace) -> None:
     """Guidance distillation (distill.py): the student starts as the teacher (or as `--init`) and
     runs unguided."""
@@ -366,8 +378,8 @@ def distill_guidance(args: argparse.Namespace) -> None:
                               distilled_guidance_scale=scale)
     model = EmbeddedModel(cfg, ae=teacher.ae, dit=copy.deepcopy(init.dit).requires_grad_(True))
     train_dit(model, args.run_dir, args.dit_steps, args.batch, args.seed, args.ckpt_minutes, args.export, args.lr,
-              args.cooldown_steps, lambda net, data: guidance_distill_loss(net, teacher.dit, data, cfg, scale),
-              {"stage": "guidance-distill", "teacher_step": teacher_step, "guidance_scale": scale})
+              args.cooldown_steps, lambda net, data: guidance_distill_loss(net, teacher.dit, data, cfg, scale, args.recycle),
+              {"stage": "guidance-distill", "teacher_step": teacher_step, "guidance_scale": scale, **recycled(args)})
 
 
 def distill_steps(args: argparse.Namespace) -> None:
@@ -386,9 +398,10 @@ def distill_steps(args: argparse.Namespace) -> None:
     model = EmbeddedModel(cfg, ae=teacher.ae, dit=copy.deepcopy(init.dit).requires_grad_(True))
     grids = halving_grids(model.spec.schedule(steps), teacher.spec.schedule(2 * steps))
     train_dit(model, args.run_dir, args.dit_steps, args.batch, args.seed, args.ckpt_minutes, args.export, args.lr,
-              args.cooldown_steps, lambda net, data: step_distill_loss(net, teacher.dit, data, cfg, scale, grids),
+              args.cooldown_steps,
+              lambda net, data: step_distill_loss(net, teacher.dit, data, cfg, scale, grids, args.recycle),
               {"stage": "step-distill", "teacher_step": teacher_step, "guidance_scale": scale,
-               "teacher_steps": 2 * steps})
+               "teacher_steps": 2 * steps, **recycled(args)})
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -431,6 +444,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--student-steps", type=positive_int, default=None,
                     help="with --distill-steps: the student's default step count (default: the --init weights'); "
                          "the teacher runs twice as many")
+    ap.add_argument("--recycle", type=unit_interval, default=0.0, metavar="P",
+                    help="the share of clean-past clips whose past is the trained model's own one-pass estimate "
+                         "of it (error recycling, docs/model.md); in distillation the teacher sees that past too")
     ap.add_argument("--context-noise", type=unit_interval, default=None, metavar="T",
                     help="with --distill-guidance or --distill-steps: the flow time the student commits its past at "
                          "(default: the --init weights'), which its past is trained at")
@@ -477,7 +493,7 @@ def main(argv: list[str] | None = None) -> None:
     torch.manual_seed(args.seed)
     model.dit = CausalDiT(cfg.dit)
     train_dit(model, args.run_dir, args.dit_steps, args.batch, args.seed, args.ckpt_minutes, args.export, args.lr,
-              args.cooldown_steps)
+              args.cooldown_steps, record=recycled(args) or None, recycle=args.recycle)
 
 
 if __name__ == "__main__":
