@@ -105,5 +105,6 @@ def main(argv: list[str] | None = None) -> int:
     emit_story_bench(bench, stages)
     return 0
 
+
 if __name__ == "__main__":
     raise SystemExit(main())

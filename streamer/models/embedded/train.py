@@ -232,7 +232,7 @@ def data_streams(seed: int, step: int) -> np.random.Generator:
 def train_dit(model: EmbeddedModel, run: Path, steps: int, batch: int, seed: int,
               minutes_per_ckpt: float, export: Path, lr: float, cooldown: int = 0,
               loss_fn: Callable[[CausalDiT, dict[str, torch.Tensor]], torch.Tensor] | None = None,
-              record: dict | None = None, recycle: float = 0.0) -> None:
+              record: dict | None = None) -> None:
     """Train `model.dit` with `loss_fn` (default: flow matching, `dit_loss`), resumable from `run`.
 
     `record` is written into the exported dit_step.json beside the step (what the run was).
@@ -241,7 +241,7 @@ def train_dit(model: EmbeddedModel, run: Path, steps: int, batch: int, seed: int
     run_stage = (record or {}).get("stage", BASE_STAGE)
     if loss_fn is None:
         def loss_fn(net: CausalDiT, data: dict[str, torch.Tensor]) -> torch.Tensor:
-            return dit_loss(net, data, cfg, recycle)
+            return dit_loss(net, data, cfg)
     ema = copy.deepcopy(dit).eval()
     for p in ema.parameters():
         p.requires_grad_(False)
@@ -493,7 +493,7 @@ def main(argv: list[str] | None = None) -> None:
     torch.manual_seed(args.seed)
     model.dit = CausalDiT(cfg.dit)
     train_dit(model, args.run_dir, args.dit_steps, args.batch, args.seed, args.ckpt_minutes, args.export, args.lr,
-              args.cooldown_steps, record=recycled(args) or None, recycle=args.recycle)
+              args.cooldown_steps, lambda net, data: dit_loss(net, data, cfg, args.recycle), recycled(args) or None)
 
 
 if __name__ == "__main__":
