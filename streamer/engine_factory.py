@@ -12,9 +12,9 @@ from .models.device import resolve_device
 from .models.embedded.autoencoder import Autoencoder
 from .models.embedded.config import AutoencoderConfig, DiTConfig, EmbeddedConfig
 from .models.embedded.dit import CausalDiT
-from .models.embedded.model import EmbeddedModel
+from .models.embedded.model import SHIPPED_WEIGHTS, EmbeddedModel
 
-MODELS = ("embedded", "wan-causal")
+MODELS = (*SHIPPED_WEIGHTS, "wan-causal")
 
 
 def tiny_embedded(seed: int = 0, device: str | torch.device | None = None, precision: str = "fp32") -> EmbeddedModel:
@@ -52,14 +52,15 @@ def build_model(name: str, config: str | None, weights: str | None, device: str 
     overrides the embedded model's classifier-free guidance scale (None: its config's). `compile`
     switches torch.compile on for the embedded model's blocks (a CompileError where it cannot build).
     """
-    if name == "embedded":
+    if name in SHIPPED_WEIGHTS:  # the embedded model: --weights, or that size's shipped folder
         precision = precision or "fp32"
         if config == "tiny-random":
             model = tiny_embedded(device=device, precision=precision)
         elif config is not None:
             raise ValueError(f"--config for the embedded model must be 'tiny-random', got {config!r}")
         else:
-            model = EmbeddedModel.load(Path(weights) if weights else None, device=device, precision=precision)
+            model = EmbeddedModel.load(Path(weights) if weights else SHIPPED_WEIGHTS[name], device=device,
+                                       precision=precision)
         model.configure_guidance(guidance)
         if compile:
             model.compile()

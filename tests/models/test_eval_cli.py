@@ -21,6 +21,7 @@ def test_quick_eval_prints_contract_json(capsys):
         assert key in res, key
     assert res["drift_points"] is None  # quick mode skips the long rollout
     assert res["frame_size"] == [128, 128]
+    assert (res["weights"], res["depth"]) == ("embedded", 8)  # the default size
     assert res["device"] == "cpu"
     assert 0.0 <= res["prompt_adherence"] <= 1.0 and 0.0 <= res["motion_accuracy"] <= 1.0
     assert res["fps_single"] > 0
@@ -28,6 +29,13 @@ def test_quick_eval_prints_contract_json(capsys):
     assert 0.0 <= res["autoencoder_adherence"] <= 1.0 and res["autoencoder_psnr_db"] > 20
     # ...measured on this host, named with its matmul peak (streamer/hostinfo.py)
     assert res["host"]["cpu"] and res["host"]["threads"] == 1 and res["host"]["matmul_peak_gflops"] > 0
+
+
+def test_quick_eval_of_the_large_size(capsys):
+    assert streamer_main(["eval", "--model", "embedded-large", "--quick", "--json", "--threads", "1"]) in (0, None)
+    res = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert (res["weights"], res["depth"], res["frame_size"]) == ("embedded-large", 12, [128, 128])
+    assert 0.0 <= res["prompt_adherence"] <= 1.0 and res["fps_single"] > 0
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the error a machine without CUDA gives")

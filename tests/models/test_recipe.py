@@ -1,10 +1,14 @@
-"""The recipe runs every stage of the shipped weights in order, resumably, on a tiny config."""
+"""The recipes run every stage of both shipped sizes in order, resumably, on a tiny config."""
 
 import json
 
 from streamer.engine_factory import tiny_embedded
 from streamer.models.embedded.model import EmbeddedModel
-from streamer.models.embedded.recipe import CONTEXT_NOISE, STAGES, main
+from streamer.models.embedded.recipe import CONTEXT_NOISE, RECIPES, main
+
+
+def log_of(folder):
+    return [json.loads(line) for line in (folder / "training_log.jsonl").read_text().splitlines()]
 
 
 def test_recipe_runs_every_stage_into_one_student_and_resumes(tmp_path, capsys):
@@ -31,16 +35,40 @@ def test_recipe_runs_every_stage_into_one_student_and_resumes(tmp_path, capsys):
     assert (teacher.cfg.dit.depth, student.cfg.dit.depth) == (12, first.cfg.dit.depth)
     assert teacher.cfg.latent_scale != 1.0  # measured from the trained encoder
     assert student.cfg.latent_scale == teacher.cfg.latent_scale
-    log = [json.loads(line) for line in (tmp_path / "weights" / "training_log.jsonl").read_text().splitlines()]
+    log = log_of(tmp_path / "weights")
     assert [e["stage"] for e in log] == ["flow-matching", "flow-matching", "guidance-distill", "step-distill"]
     assert [e["step"] for e in log] == [35, 43, 3, 3]
     assert {"psnr_db", "latent_std"} <= set(json.loads((tmp_path / "weights" / "ae_eval.json").read_text()))
-    assert [stage.name for stage in STAGES] == ["teacher", "teacher12", "guidance", "steps"]
+    assert [stage.name for stage in RECIPES["embedded"]] == ["teacher", "teacher12", "guidance", "steps"]
 
     # Run again: every stage is finished, so nothing trains and the student is the same.
     before = (tmp_path / "weights" / "embedded.safetensors").read_bytes()
     main(argv)
     assert (tmp_path / "weights" / "embedded.safetensors").read_bytes() == before
-    assert len((tmp_path / "weights" / "training_log.jsonl").read_text().splitlines()) == len(log)
+    assert len(log_of(tmp_path / "weights")) == len(log)
     out = capsys.readouterr().out
     assert "recipe stage 4/4: steps (3 steps)" in out
+
+    # The large size in the same run folder: the two teacher stages are shared and pass over in
+    # seconds; only its own stages train. Scaled, the recycling segments go on to 44 and 46 (1
+    # and 2 steps each), then guidance 1 and steps 1.
+    teacher12_before = (tmp_path / "run" / "teacher12" / "export" / "embedded.safetensors").read_bytes()
+    main([*argv[:2], "--export", str(tmp_path / "large"), *argv[4:], "--model", "embedded-large"])
+    assert (tmp_path / "run" / "teacher12" / "export" / "embedded.safetensors").read_bytes() == teacher12_before
+    large = EmbeddedModel.load(tmp_path / "large")
+    recycled = EmbeddedModel.load(tmp_path / "run" / "recycle2" / "export")
+    # Its student starts as its 12-block teacher: the same depth, the teacher's latent scale.
+    assert (recycled.cfg.dit.depth, large.cfg.dit.depth) == (12, 12)
+    assert large.cfg.latent_scale == teacher.cfg.latent_scale and large.cfg.context_noise == CONTEXT_NOISE
+    assert json.loads((tmp_path / "large" / "dit_step.json").read_text()) == {
+        "step": 1, "stage": "step-distill", "teacher_step": 46, "guidance_scale": 2.0, "teacher_steps": 8}
+    # The recycling stages record their flag, each where the stage before it ended.
+    for stage, p, step in (("recycle", 0.5, 44), ("recycle2", 0.99, 46)):
+        record = json.loads((tmp_path / "run" / stage / "export" / "dit_step.json").read_text())
+        assert (record["recycle"], record["step"]) == (p, step)
+    large_log = log_of(tmp_path / "large")
+    assert [e["stage"] for e in large_log] == ["flow-matching"] * 4 + ["guidance-distill", "step-distill"]
+    assert [e["step"] for e in large_log] == [35, 43, 44, 46, 1, 1]
+    out = capsys.readouterr().out
+    assert "recipe stage 6/6: steps12 (1 steps)" in out
+    assert [stage.name for stage in RECIPES["embedded-large"]][2:] == ["recycle", "recycle2", "guidance12", "steps12"]

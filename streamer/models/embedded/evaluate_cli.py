@@ -26,7 +26,7 @@ from ..device import DEVICE_CHOICES
 from ..precision import PRECISIONS
 from . import evaluate as ev
 from . import vocab
-from .model import EmbeddedModel
+from .model import SHIPPED_WEIGHTS, EmbeddedModel
 from .rollout import Script, rollout
 from .scripts import avatar_scripts, game_scripts, story_scripts
 
@@ -177,7 +177,10 @@ def score_seeds(model: EmbeddedModel, seeds: list[int], story: int, game: int, s
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="streamer eval", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--weights", type=Path, default=None, help="weights dir or .safetensors (default: shipped)")
+    ap.add_argument("--model", choices=tuple(SHIPPED_WEIGHTS), default="embedded",
+                    help="which shipped size to score (default: embedded, the 8-block student)")
+    ap.add_argument("--weights", type=Path, default=None,
+                    help="weights dir or .safetensors (default: the --model size's shipped folder)")
     ap.add_argument("--quick", action="store_true", help="a run under a minute (no drift, one speed figure)")
     ap.add_argument("--json", action="store_true", help="print the figures as one JSON object on the last line")
     ap.add_argument("--steps", type=int, default=None)
@@ -196,7 +199,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     try:
-        model = EmbeddedModel.load(args.weights, device=args.device, precision=args.precision)
+        model = EmbeddedModel.load(args.weights or SHIPPED_WEIGHTS[args.model], device=args.device,
+                                   precision=args.precision)
         model.configure_guidance(args.guidance, args.guidance_min_t)
     except ValueError as exc:  # ConfigError, DeviceError, PrecisionError: bad weights, no such device, no bf16
         print(f"streamer eval: error: {exc}", file=sys.stderr)
@@ -217,6 +221,8 @@ def main(argv: list[str] | None = None) -> int:
     if not args.quick:
         res["batch_speed"] = {str(k): v for k, v in sp.items()}
     res["frame_size"] = [model.spec.height, model.spec.width]
+    res["weights"] = str(args.weights) if args.weights else args.model
+    res["depth"] = model.cfg.dit.depth
     res["steps"] = args.steps or model.spec.default_steps
     res["sampler"] = args.sampler
     res["precision"] = args.precision

@@ -1,26 +1,34 @@
-"""The shipped weights' recipe in one command: `python -m streamer.models.embedded.recipe`.
+"""The shipped weights' recipes in one command: `python -m streamer.models.embedded.recipe`.
 
 The shipped weights were made in pieces over many work sessions, by the stages of train.py
 (docs/model.md tells that history). This runs the same stages in order, from a seed, with the
-history folded into one pass:
+history folded into one pass. Both shipped sizes share their first two stages:
 
 1. teacher: the autoencoder (encoder and decoder together), then the DiT with flow matching,
    guided at `guidance_scale` 2 (what `checkpoints/teacher/` holds);
 2. teacher12: that teacher grown to 12 blocks (the added ones start as the identity) and
-   trained on (`checkpoints/teacher12/`);
+   trained on (`checkpoints/teacher12/`).
+
+`--model embedded` (the default 8-block student, `streamer/models/embedded/weights/`) then runs
 3. guidance: guidance distillation from the 12-block teacher into an 8-block student that starts
    from stage 1's weights (one pass a step gives the guided picture, at the 8-block frame rate);
 4. steps: step distillation from the 12-block teacher, starting from stage 3's student (its 4
    steps land where the guided teacher's 8 land).
 
-The exported student then commits its past at flow time `CONTEXT_NOISE` (an inference setting
+`--model embedded-large` (the 12-block student, `weights-large/`) instead trains the 12-block
+teacher on with error recycling (`recycle`: a share of its clips' pasts are its own estimates,
+`train --recycle`; then `recycle2` with nearly all of them), and distils both stages from that
+teacher into a student that starts as the teacher itself (`guidance12`, `steps12`).
+
+Either exported student then commits its past at flow time `CONTEXT_NOISE` (an inference setting
 chosen on the finished weights, which were distilled with a clean past: docs/model.md,
 "Committing the past slightly noisy").
 
 Every stage is train.py's own resumable run in `<run-dir>/<stage>`, so the recipe is too: run
 the same command again after an interruption (or in the next work session) and it goes on where
-it stopped; finished stages are passed over in seconds. The student and the merged training log
-are then written to `--export`.
+it stopped; finished stages are passed over in seconds, so the second size in the same run
+folder trains only its own stages. The student and the merged training log are then written to
+`--export` (default: that size's shipped folder).
 
 It makes weights of the shipped kind, not the shipped bits: those went through code that changed
 between their pieces (docs/model.md, "Reproducing the shipped weights").
@@ -39,30 +47,46 @@ from ...argtypes import positive_int
 from . import train
 from .config import EmbeddedConfig
 from .grow import grown_dit
-from .model import WEIGHTS_DIR, EmbeddedModel
+from .model import SHIPPED_WEIGHTS, EmbeddedModel
 
 
 class Stage(NamedTuple):
     """One train.py run. `steps` counts from the start of the line, so a stage that goes on from
-    another's weights (`grow`) trains the difference. `{run}` in `flags` is the run folder,
+    another's weights (`start`) trains the difference. `{run}` in `flags` is the run folder,
     `{teacher_config}` the config teacher_config() writes there, `{ae_steps}` AE_STEPS scaled."""
 
     name: str
     flags: tuple[str, ...]
     steps: int
     cooldown: int
-    grow: tuple[str, int] | None = None  # (stage, depth): start from that stage's DiT grown to depth
+    # (stage, depth): start from that stage's exported weights, their DiT grown to `depth` blocks
+    # (None: as they are).
+    start: tuple[str, int | None] | None = None
 
 
-# The shipped weights' figures.
-STAGES: tuple[Stage, ...] = (
-    Stage("teacher", ("--config", "{teacher_config}", "--ae-steps", "{ae_steps}", "--lr", "3e-4"), 35000, 1200),
-    Stage("teacher12", ("--lr", "2e-4"), 43000, 1000, grow=("teacher", 12)),
-    Stage("guidance", ("--distill-guidance", "{run}/teacher12/export", "--init", "{run}/teacher/export",
-                       "--lr", "1.5e-4"), 3000, 600),
-    Stage("steps", ("--distill-steps", "{run}/teacher12/export", "--init", "{run}/guidance/export",
-                    "--lr", "1e-4"), 2800, 600),
-)
+TEACHER = Stage("teacher", ("--config", "{teacher_config}", "--ae-steps", "{ae_steps}", "--lr", "3e-4"), 35000, 1200)
+TEACHER12 = Stage("teacher12", ("--lr", "2e-4"), 43000, 1000, start=("teacher", 12))
+# The shipped weights' figures, by the model name each size is served under.
+RECIPES: dict[str, tuple[Stage, ...]] = {
+    "embedded": (
+        TEACHER,
+        TEACHER12,
+        Stage("guidance", ("--distill-guidance", "{run}/teacher12/export", "--init", "{run}/teacher/export",
+                           "--lr", "1.5e-4"), 3000, 600),
+        Stage("steps", ("--distill-steps", "{run}/teacher12/export", "--init", "{run}/guidance/export",
+                        "--lr", "1e-4"), 2800, 600),
+    ),
+    "embedded-large": (
+        TEACHER,
+        TEACHER12,
+        Stage("recycle", ("--recycle", "0.5", "--lr", "2e-4"), 44200, 400, start=("teacher12", None)),
+        Stage("recycle2", ("--recycle", "0.99", "--lr", "2e-4"), 45700, 500, start=("recycle", None)),
+        # No --init: the student starts as its 12-block teacher.
+        Stage("guidance12", ("--distill-guidance", "{run}/recycle2/export", "--lr", "1.5e-4"), 1000, 400),
+        Stage("steps12", ("--distill-steps", "{run}/recycle2/export", "--init", "{run}/guidance12/export",
+                          "--lr", "1e-4"), 1200, 500),
+    ),
+}
 WEIGHT_FILES = ("embedded.json", "embedded.safetensors", "dit_step.json")  # a stage's exported weights
 AE_STEPS = 7500  # 1,500 steps first, then 6,000 of fine-tuning, made the shipped autoencoder
 TEACHER_GUIDANCE = 2.0
@@ -84,16 +108,18 @@ def stage_argv(stage: Stage, args: argparse.Namespace, teacher_cfg: Path) -> lis
             "--ckpt-minutes", str(args.ckpt_minutes)]
 
 
-def grow_into(export: Path, source: Path, depth: int, seed: int) -> None:
-    """Seed the folder `export` with the weights in `source`, their DiT grown to `depth` blocks;
-    a training run then warm-starts from them. Done once: a folder already at that depth (a
-    resumed recipe) is left as it is."""
-    if (export / "embedded.json").exists() and EmbeddedConfig.load(export / "embedded.json").dit.depth == depth:
+def start_from(export: Path, source: Path, depth: int | None, seed: int) -> None:
+    """Seed the folder `export` with the weights in `source` (their DiT grown to `depth` blocks,
+    unless None); a training run then warm-starts from them at the source's step. Done once: a
+    folder that already holds weights at that depth (a resumed recipe) is left as it is."""
+    if (export / "embedded.json").exists() and (
+            depth is None or EmbeddedConfig.load(export / "embedded.json").dit.depth == depth):
         return
     export.mkdir(parents=True, exist_ok=True)
     for f in WEIGHT_FILES:
         shutil.copyfile(source / f, export / f)  # dit_step.json: the run goes on from the source's step
-    grown_dit(EmbeddedModel.load(export), depth, seed).save(export)
+    if depth is not None:
+        grown_dit(EmbeddedModel.load(export), depth, seed).save(export)
 
 
 def teacher_config(args: argparse.Namespace) -> Path:
@@ -106,15 +132,18 @@ def teacher_config(args: argparse.Namespace) -> Path:
     return path
 
 
-def merged_log(run_dir: Path) -> str:
+def merged_log(run_dir: Path, stages: tuple[Stage, ...]) -> str:
     """Every stage's training log, in order: the loss history the shipped folder carries."""
-    return "".join((run_dir / stage.name / "dit_log.jsonl").read_text() for stage in STAGES)
+    return "".join((run_dir / stage.name / "dit_log.jsonl").read_text() for stage in stages)
 
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--run-dir", type=Path, default=Path("runs/recipe"))
-    ap.add_argument("--export", type=Path, default=WEIGHTS_DIR, help="where the finished student goes")
+    ap.add_argument("--model", choices=tuple(RECIPES), default="embedded",
+                    help="which shipped size to make (default: embedded, the 8-block student)")
+    ap.add_argument("--export", type=Path, default=None,
+                    help="where the finished student goes (default: that size's shipped folder)")
     ap.add_argument("--config", type=Path, default=None, help="model config JSON (default: the shipped architecture)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--batch", type=positive_int, default=8)
@@ -125,25 +154,27 @@ def main(argv: list[str] | None = None) -> None:
     args = ap.parse_args(argv)
     if args.steps_scale <= 0:
         ap.error("--steps-scale must be > 0")
+    args.export = args.export or SHIPPED_WEIGHTS[args.model]
     args.run_dir.mkdir(parents=True, exist_ok=True)
     if args.export.resolve() == args.run_dir.resolve():
         ap.error("--export must differ from --run-dir")
     teacher_cfg = teacher_config(args)
-    for i, stage in enumerate(STAGES, 1):
-        print(f"recipe stage {i}/{len(STAGES)}: {stage.name} ({scaled(stage.steps, args.steps_scale)} steps) "
+    stages = RECIPES[args.model]
+    for i, stage in enumerate(stages, 1):
+        print(f"recipe stage {i}/{len(stages)}: {stage.name} ({scaled(stage.steps, args.steps_scale)} steps) "
               f"in {args.run_dir / stage.name}", flush=True)
-        if stage.grow is not None:
-            source, depth = stage.grow
-            grow_into(args.run_dir / stage.name / "export", args.run_dir / source / "export", depth, args.seed)
+        if stage.start is not None:
+            source, depth = stage.start
+            start_from(args.run_dir / stage.name / "export", args.run_dir / source / "export", depth, args.seed)
         train.main(stage_argv(stage, args, teacher_cfg))
-    student = args.run_dir / STAGES[-1].name / "export"
+    student = args.run_dir / stages[-1].name / "export"
     args.export.mkdir(parents=True, exist_ok=True)
     for f in WEIGHT_FILES:
         shutil.copyfile(student / f, args.export / f)
     cfg = EmbeddedConfig.load(args.export / "embedded.json")
     dataclasses.replace(cfg, context_noise=CONTEXT_NOISE).save(args.export / "embedded.json")
     shutil.copyfile(args.run_dir / "teacher" / "ae_eval.json", args.export / "ae_eval.json")
-    (args.export / "training_log.jsonl").write_text(merged_log(args.run_dir))
+    (args.export / "training_log.jsonl").write_text(merged_log(args.run_dir, stages))
     record = json.loads((student / "dit_step.json").read_text())
     print(f"recipe done: {args.export} ({record['stage']} step {record['step']}, "
           f"teacher step {record['teacher_step']})", flush=True)
