@@ -208,3 +208,17 @@ def test_grow_depth_saves_the_grown_model_back_for_a_warm_start(tmp_path):
     assert EmbeddedModel.load(tmp_path / "export").cfg.dit.depth == depth
     with pytest.raises(SystemExit, match="config field .dit.depth. differs"):  # the mismatch is named
         tiny_run(tmp_path, "mismatch", 4)
+
+
+def test_the_two_object_share_reaches_the_clips_and_the_exported_record(tmp_path, monkeypatch):
+    from streamer.models.embedded import train
+
+    clips: list = []
+    real = train.sample_clip
+    monkeypatch.setattr(train, "sample_clip", lambda *a, **k: clips.append(real(*a, **k)) or clips[-1])
+    ClipSampler(tiny_embedded(), np.random.default_rng(0), two_objects=1.0).sample(12)
+    stories = [spec for clip in clips for spec in clip.specs if spec.kind == "story"]
+    assert stories and all(len(spec.objects) == 2 for spec in stories)
+
+    tiny_run(tmp_path, "run", 2, "--two-objects", "0.6")
+    assert json.loads((tmp_path / "export" / "dit_step.json").read_text()) == {"step": 2, "two_objects": 0.6}

@@ -79,6 +79,19 @@ def test_two_story_objects_differ_in_colour() -> None:
     assert all(s.objects[0].color != s.objects[1].color for s in two)
 
 
+def test_the_two_object_share_sets_how_many_story_scenes_hold_two() -> None:
+    def share(p: float | None) -> float:
+        rng = np.random.default_rng(2)
+        specs = [random_spec(rng, "story") if p is None else random_spec(rng, "story", p) for _ in range(400)]
+        return sum(len(s.objects) == 2 for s in specs) / len(specs)
+
+    assert (share(0.0), share(1.0)) == (0.0, 1.0)
+    assert 0.5 < share(0.6) < 0.7
+    # The default is the evaluator's 30 %, drawn exactly as before the share was a parameter.
+    a, b = np.random.default_rng(3), np.random.default_rng(3)
+    assert [random_spec(a, "story") for _ in range(50)] == [random_spec(b, "story", 0.3) for _ in range(50)]
+
+
 # -- world -------------------------------------------------------------------------------
 def test_clip_shapes_and_dtypes() -> None:
     rng = np.random.default_rng(2)

@@ -9,7 +9,8 @@ Two stages, each resumable from `--run-dir` (checkpoints every few minutes):
    sink chunk, because in a long stream the sinks are old. Prompts switch mid-clip so
    redirects are learned, and a tenth of the chunks are trained under the empty prompt so
    that classifier-free guidance has an unconditional prediction to steer away from.
-   `--recycle P` gives a share of the clean pasts the model's own errors (flow.recycled_past).
+   `--recycle P` gives a share of the clean pasts the model's own errors (flow.recycled_past);
+   `--two-objects P` sets the share of story clips with two objects (default 0.3).
 
 Two optional stages distil (distill.py): `--distill-guidance TEACHER` turns a guided model into
 one that needs one pass a step, and `--distill-steps TEACHER` makes a model's every step do what
@@ -46,6 +47,7 @@ from .grow import grown_decoder, grown_dit
 from .masks import block_causal_context
 from .model import WEIGHTS_DIR, EmbeddedModel, prompt_tokens
 from .samples import sample_sheet
+from .vocab import TWO_OBJECT_SHARE
 from .world import sample_clip
 
 # The stage a DiT run is when its record names none: plain flow-matching training.
@@ -159,9 +161,9 @@ class ClipSampler:
     """Latent training clips: [sink chunk, (gap), window chunks, current chunk]."""
 
     def __init__(self, model: EmbeddedModel, rng: np.random.Generator, gap_prob: float = 0.5,
-                 null_prompt_prob: float = 0.1):
+                 null_prompt_prob: float = 0.1, two_objects: float = TWO_OBJECT_SHARE):
         self.model, self.rng, self.gap_prob = model, rng, gap_prob
-        self.null_prompt_prob = null_prompt_prob
+        self.null_prompt_prob, self.two_objects = null_prompt_prob, two_objects
         self.cfg = model.cfg
 
     def sample(self, batch: int) -> dict[str, torch.Tensor]:
@@ -170,7 +172,7 @@ class ClipSampler:
         frames, acts, ctrls, toks = [], [], [], []
         for _ in range(batch):
             gap = f * int(self.rng.integers(1, 16)) if self.rng.random() < self.gap_prob else 0
-            clip = sample_clip(self.rng, n + gap, f, cfg.autoencoder.image_size)
+            clip = sample_clip(self.rng, n + gap, f, cfg.autoencoder.image_size, two_objects=self.two_objects)
             keep = np.r_[0 : cfg.sink_frames, cfg.sink_frames + gap : n + gap]
             frames.append(clip.frames[keep])
             acts.append(clip.actions[keep])
@@ -232,10 +234,11 @@ def data_streams(seed: int, step: int) -> np.random.Generator:
 def train_dit(model: EmbeddedModel, run: Path, steps: int, batch: int, seed: int,
               minutes_per_ckpt: float, export: Path, lr: float, cooldown: int = 0,
               loss_fn: Callable[[CausalDiT, dict[str, torch.Tensor]], torch.Tensor] | None = None,
-              record: dict | None = None) -> None:
+              record: dict | None = None, two_objects: float = TWO_OBJECT_SHARE) -> None:
     """Train `model.dit` with `loss_fn` (default: flow matching, `dit_loss`), resumable from `run`.
 
-    `record` is written into the exported dit_step.json beside the step (what the run was).
+    `record` is written into the exported dit_step.json beside the step (what the run was);
+    `two_objects` is the share of story clips with two objects (`ClipSampler`).
     """
     cfg, dit = model.cfg, model.dit
     run_stage = (record or {}).get("stage", BASE_STAGE)
@@ -276,7 +279,7 @@ def train_dit(model: EmbeddedModel, run: Path, steps: int, batch: int, seed: int
         if "torch_rng" in ck:  # checkpoints before session 16 did not keep the noise stream
             torch.set_rng_state(ck["torch_rng"])
     dit.train()
-    sampler = ClipSampler(model, rng)
+    sampler = ClipSampler(model, rng, two_objects=two_objects)
     last_ckpt, t_start = time.monotonic(), time.monotonic()
     bar = tqdm(total=steps, initial=step, desc="dit", dynamic_ncols=True)
     losses: list[float] = []
@@ -363,9 +366,11 @@ def student_cfg(args: argparse.Namespace, init: EmbeddedModel) -> EmbeddedConfig
     return dataclasses.replace(init.cfg, context_noise=args.context_noise)
 
 
-def recycled(args: argparse.Namespace) -> dict[str, float]:
-    """The run's error-recycling share for its exported record (nothing when off)."""
-    return {"recycle": args.recycle} if args.recycle else {}
+def data_record(args: argparse.Namespace) -> dict[str, float]:
+    """The run's error-recycling share and two-object share for its exported record (each only
+    when it is not the default)."""
+    return ({"recycle": args.recycle} if args.recycle else {}) | (
+        {"two_objects": args.two_objects} if args.two_objects != TWO_OBJECT_SHARE else {})
 
 
 def distill_guidance(args: argparse.Namespace) -> None:
@@ -379,7 +384,8 @@ def distill_guidance(args: argparse.Namespace) -> None:
     model = EmbeddedModel(cfg, ae=teacher.ae, dit=copy.deepcopy(init.dit).requires_grad_(True))
     train_dit(model, args.run_dir, args.dit_steps, args.batch, args.seed, args.ckpt_minutes, args.export, args.lr,
               args.cooldown_steps, lambda net, data: guidance_distill_loss(net, teacher.dit, data, cfg, scale, args.recycle),
-              {"stage": "guidance-distill", "teacher_step": teacher_step, "guidance_scale": scale, **recycled(args)})
+              {"stage": "guidance-distill", "teacher_step": teacher_step, "guidance_scale": scale, **data_record(args)},
+              args.two_objects)
 
 
 def distill_steps(args: argparse.Namespace) -> None:
@@ -401,7 +407,7 @@ def distill_steps(args: argparse.Namespace) -> None:
               args.cooldown_steps,
               lambda net, data: step_distill_loss(net, teacher.dit, data, cfg, scale, grids, args.recycle),
               {"stage": "step-distill", "teacher_step": teacher_step, "guidance_scale": scale,
-               "teacher_steps": 2 * steps, **recycled(args)})
+               "teacher_steps": 2 * steps, **data_record(args)}, args.two_objects)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -447,6 +453,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--recycle", type=unit_interval, default=0.0, metavar="P",
                     help="the share of clean-past clips whose past is the trained model's own one-pass estimate "
                          "of it (error recycling, docs/model.md); in distillation the teacher sees that past too")
+    ap.add_argument("--two-objects", type=unit_interval, default=TWO_OBJECT_SHARE, metavar="P",
+                    help=f"the share of story clips with two objects (default {TWO_OBJECT_SHARE}, the evaluator's): "
+                         "more of them trains binding each motion to its object, the weakest part of rollouts")
     ap.add_argument("--context-noise", type=unit_interval, default=None, metavar="T",
                     help="with --distill-guidance or --distill-steps: the flow time the student commits its past at "
                          "(default: the --init weights'), which its past is trained at")
@@ -493,7 +502,8 @@ def main(argv: list[str] | None = None) -> None:
     torch.manual_seed(args.seed)
     model.dit = CausalDiT(cfg.dit)
     train_dit(model, args.run_dir, args.dit_steps, args.batch, args.seed, args.ckpt_minutes, args.export, args.lr,
-              args.cooldown_steps, lambda net, data: dit_loss(net, data, cfg, args.recycle), recycled(args) or None)
+              args.cooldown_steps, lambda net, data: dit_loss(net, data, cfg, args.recycle), data_record(args) or None,
+              args.two_objects)
 
 
 if __name__ == "__main__":

@@ -211,8 +211,13 @@ def describe(spec: SceneSpec) -> str:
     return " and ".join(parts) + f" on {spec.background}"
 
 
-def random_spec(rng: np.random.Generator, kind: str | None = None) -> SceneSpec:
-    """A uniformly random scene; story scenes hold 1 object (70%) or 2 of different colours."""
+TWO_OBJECT_SHARE = 0.3  # story scenes with two objects, in training and evaluation (train --two-objects)
+
+
+def random_spec(rng: np.random.Generator, kind: str | None = None,
+                two_objects: float = TWO_OBJECT_SHARE) -> SceneSpec:
+    """A uniformly random scene; story scenes hold 2 objects of different colours in a share
+    `two_objects` of draws (default 30 %), 1 otherwise. The evaluator draws at the default."""
     kind = kind or str(rng.choice(KINDS))
     bg = str(rng.choice(BACKGROUNDS))
     if kind == "game":
@@ -221,7 +226,7 @@ def random_spec(rng: np.random.Generator, kind: str | None = None) -> SceneSpec:
         return SceneSpec("avatar", bg, skin=str(rng.choice(list(SKINS))), hair=str(rng.choice(list(HAIRS))))
     if kind != "story":
         raise ValueError(f"unknown scene kind {kind!r}; expected one of {KINDS}")
-    n = 1 if rng.random() < 0.7 else 2
+    n = 1 if rng.random() < 1.0 - two_objects else 2  # at the default, the draws of `< 0.7` before the flag
     colors = rng.choice(list(COLORS), size=n, replace=False)
     objs = tuple(ObjectSpec(str(c), str(rng.choice(SHAPES)), str(rng.choice(MOTIONS))) for c in colors)
     return SceneSpec("story", bg, objects=objs)

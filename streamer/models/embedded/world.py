@@ -24,7 +24,7 @@ from .scenery import (
     scale_of,
     wall_width,
 )
-from .vocab import ACTIONS, COLORS, HAIRS, KINDS, SKINS, SceneSpec, describe, random_spec
+from .vocab import ACTIONS, COLORS, HAIRS, KINDS, SKINS, TWO_OBJECT_SHARE, SceneSpec, describe, random_spec
 
 FPS = 24
 _DIRS = {"left": (-1.0, 0.0), "right": (1.0, 0.0), "up": (0.0, -1.0), "down": (0.0, 1.0)}
@@ -241,8 +241,9 @@ def _speech_controls(rng: np.random.Generator, t: int) -> np.ndarray:
 
 
 def sample_clip(rng: np.random.Generator, num_frames: int, chunk_frames: int, size: int = 128,
-                kind: str | None = None, switch_prob: float = 0.2) -> Clip:
+                kind: str | None = None, switch_prob: float = 0.2, two_objects: float = TWO_OBJECT_SHARE) -> Clip:
     """Render one random clip; at each later chunk boundary the prompt may switch (redirect).
+    `two_objects`: the share of story scenes with two objects (vocab.random_spec).
 
     Actions and controls are drawn for every kind, not only the kind that reads them, so
     the model learns that a story ignores keys and a game ignores the mouth signal.
@@ -250,7 +251,7 @@ def sample_clip(rng: np.random.Generator, num_frames: int, chunk_frames: int, si
     if num_frames % chunk_frames:
         raise ValueError(f"num_frames {num_frames} is not a multiple of chunk_frames {chunk_frames}")
     kind = kind or str(rng.choice(KINDS))
-    spec = random_spec(rng, kind)
+    spec = random_spec(rng, kind, two_objects)
     world = World(spec, rng, size)
     actions = _action_walk(rng, num_frames)
     controls = _speech_controls(rng, num_frames)
@@ -259,9 +260,9 @@ def sample_clip(rng: np.random.Generator, num_frames: int, chunk_frames: int, si
     specs: list[SceneSpec] = []
     for c in range(num_frames // chunk_frames):
         if c > 0 and rng.random() < switch_prob:
-            new = random_spec(rng, kind)
+            new = random_spec(rng, kind, two_objects)
             while new == spec:  # a switch must change something, or it teaches nothing
-                new = random_spec(rng, kind)
+                new = random_spec(rng, kind, two_objects)
             spec = new
             world.set_spec(spec)
         prompts.append(describe(spec))
