@@ -234,11 +234,11 @@ def data_streams(seed: int, step: int) -> np.random.Generator:
 def train_dit(model: EmbeddedModel, run: Path, steps: int, batch: int, seed: int,
               minutes_per_ckpt: float, export: Path, lr: float, cooldown: int = 0,
               loss_fn: Callable[[CausalDiT, dict[str, torch.Tensor]], torch.Tensor] | None = None,
-              record: dict | None = None, two_objects: float = TWO_OBJECT_SHARE) -> None:
+              record: dict | None = None) -> None:
     """Train `model.dit` with `loss_fn` (default: flow matching, `dit_loss`), resumable from `run`.
 
-    `record` is written into the exported dit_step.json beside the step (what the run was);
-    `two_objects` is the share of story clips with two objects (`ClipSampler`).
+    `record` is written into the exported dit_step.json beside the step (what the run was); its
+    `two_objects` (`data_record`) is also the share of story clips with two objects it trains on.
     """
     cfg, dit = model.cfg, model.dit
     run_stage = (record or {}).get("stage", BASE_STAGE)
@@ -279,7 +279,7 @@ def train_dit(model: EmbeddedModel, run: Path, steps: int, batch: int, seed: int
         if "torch_rng" in ck:  # checkpoints before session 16 did not keep the noise stream
             torch.set_rng_state(ck["torch_rng"])
     dit.train()
-    sampler = ClipSampler(model, rng, two_objects=two_objects)
+    sampler = ClipSampler(model, rng, two_objects=(record or {}).get("two_objects", TWO_OBJECT_SHARE))
     last_ckpt, t_start = time.monotonic(), time.monotonic()
     bar = tqdm(total=steps, initial=step, desc="dit", dynamic_ncols=True)
     losses: list[float] = []
@@ -384,8 +384,7 @@ def distill_guidance(args: argparse.Namespace) -> None:
     model = EmbeddedModel(cfg, ae=teacher.ae, dit=copy.deepcopy(init.dit).requires_grad_(True))
     train_dit(model, args.run_dir, args.dit_steps, args.batch, args.seed, args.ckpt_minutes, args.export, args.lr,
               args.cooldown_steps, lambda net, data: guidance_distill_loss(net, teacher.dit, data, cfg, scale, args.recycle),
-              {"stage": "guidance-distill", "teacher_step": teacher_step, "guidance_scale": scale, **data_record(args)},
-              args.two_objects)
+              {"stage": "guidance-distill", "teacher_step": teacher_step, "guidance_scale": scale, **data_record(args)})
 
 
 def distill_steps(args: argparse.Namespace) -> None:
@@ -407,7 +406,7 @@ def distill_steps(args: argparse.Namespace) -> None:
               args.cooldown_steps,
               lambda net, data: step_distill_loss(net, teacher.dit, data, cfg, scale, grids, args.recycle),
               {"stage": "step-distill", "teacher_step": teacher_step, "guidance_scale": scale,
-               "teacher_steps": 2 * steps, **data_record(args)}, args.two_objects)
+               "teacher_steps": 2 * steps, **data_record(args)})
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -502,8 +501,7 @@ def main(argv: list[str] | None = None) -> None:
     torch.manual_seed(args.seed)
     model.dit = CausalDiT(cfg.dit)
     train_dit(model, args.run_dir, args.dit_steps, args.batch, args.seed, args.ckpt_minutes, args.export, args.lr,
-              args.cooldown_steps, lambda net, data: dit_loss(net, data, cfg, args.recycle), data_record(args) or None,
-              args.two_objects)
+              args.cooldown_steps, lambda net, data: dit_loss(net, data, cfg, args.recycle), data_record(args) or None)
 
 
 if __name__ == "__main__":
