@@ -34,6 +34,7 @@ from .dit import CausalDiT
 from .flow import clip_text, noised, recycled_past, sample_times
 from .masks import block_causal_context
 from .model import prompt_tokens
+from .self_rollout import SelfRollout
 
 
 def past_times(cfg: EmbeddedConfig, b: int, t: int) -> torch.Tensor:
@@ -43,15 +44,18 @@ def past_times(cfg: EmbeddedConfig, b: int, t: int) -> torch.Tensor:
 
 
 def own_past(student: CausalDiT, x0: torch.Tensor, cfg: EmbeddedConfig, data: dict[str, torch.Tensor],
-             recycle: float) -> torch.Tensor:
-    """x0 with the past of a share `recycle` of the clips replaced by the student's own estimate
-    of it (flow.recycled_past): teacher and student then both see it, so the student learns what
-    a teacher trained on such pasts does with them."""
+             recycle: float, among: torch.Tensor | None = None) -> torch.Tensor:
+    """x0 with the past of a share `recycle` of the clips (of those marked in `among` (B,) bool,
+    default all) replaced by the student's own estimate of it (flow.recycled_past): teacher and
+    student then both see it, so the student learns what a teacher trained on such pasts does with them."""
     if recycle <= 0:
         return x0
     b, t = x0.shape[:2]
     past = torch.arange(t)[None] < t - cfg.frames_per_chunk
-    return recycled_past(student, x0, past & (torch.rand(b, 1) < recycle), data, cfg)
+    chosen = torch.rand(b, 1) < recycle
+    if among is not None:
+        chosen &= among[:, None]
+    return recycled_past(student, x0, past & chosen, data, cfg)
 
 
 def teacher_problem(cfg: EmbeddedConfig) -> str | None:
@@ -138,17 +142,27 @@ def halving_grids(student: tuple[float, ...], teacher: tuple[float, ...]) -> tup
 
 
 def step_distill_loss(student: CausalDiT, teacher: CausalDiT, data: dict[str, torch.Tensor], cfg: EmbeddedConfig,
-                      scale: float, grids: tuple[torch.Tensor, ...], recycle: float = 0.0) -> torch.Tensor:
+                      scale: float, grids: tuple[torch.Tensor, ...], recycle: float = 0.0,
+                      rollout: SelfRollout | None = None) -> torch.Tensor:
     """Mean squared error between the student's velocity at a time of its schedule and the
     velocity of the teacher's two steps from there (`grids` from `halving_grids`), on the last
-    chunk (`recycle`: see own_past)."""
-    x0 = own_past(student, data["x0"], cfg, data, recycle)
-    b, t = x0.shape[:2]
+    chunk (`recycle`: see own_past). `rollout` (its model's dit the student) gives a share of the
+    clips the student's own past, and their last chunk the state its own sampling reaches at the
+    step trained (self_rollout.py); recycling then applies to the other clips."""
+    rolled = rollout(data) if rollout is not None else None
+    b = data["x0"].shape[0]
+    real = torch.ones(b, dtype=torch.bool)
+    if rolled is not None:
+        real[rolled.rows] = False
+    x0 = own_past(student, data["x0"] if rolled is None else rolled.x0, cfg, data, recycle, real)
+    t = x0.shape[1]
     f = cfg.frames_per_chunk
     step = torch.randint(len(grids[0]), (b,))  # which of the student's steps each clip trains
     t_now, t_mid, t_next = (g[step] for g in grids)
     t_frame = past_times(cfg, b, t)
     t_frame[:, -f:] = t_now[:, None]
     x_t, _ = noised(x0, t_frame)
+    if rolled is not None:
+        x_t[rolled.rows, -f:] = rolled.states[torch.arange(len(rolled.rows)), step[rolled.rows]]
     return last_chunk_error(student, x_t, t_frame, data, cfg,
                             two_step_velocity(teacher, x_t, t_frame, data, cfg, scale, t_mid, t_next))

@@ -229,12 +229,17 @@ class EmbeddedModel:
     def encode_prompt(self, texts: list[str]) -> list[PromptCond]:
         """Prompt tensors stay on the model's device, in fp32: every step of every session reads them."""
         toks, unknown = zip(*(prompt_tokens(t, self.cfg.dit.max_tokens) for t in texts), strict=True)
+        conds = self.encode_tokens(torch.stack(toks))
+        for c, t, u in zip(conds, texts, unknown, strict=True):
+            c.text, c.unknown_words = t, u
+        return conds
+
+    def encode_tokens(self, tokens: torch.Tensor) -> list[PromptCond]:
+        """Prompts already made token ids (N, max_tokens), as training clips carry them, with no text."""
         with autocast(self.precision, self.device):  # the blocks' cross-attention K/V projections
-            enc = {k: v.float() for k, v in self.dit.encode_text(torch.stack(toks).to(self.device)).items()}
-        return [
-            PromptCond(text=t, tensors={"kv": enc["kv"][i], "pooled": enc["pooled"][i]}, unknown_words=u)
-            for i, (t, u) in enumerate(zip(texts, unknown, strict=True))
-        ]
+            enc = {k: v.float() for k, v in self.dit.encode_text(tokens.to(self.device)).items()}
+        return [PromptCond(text="", tensors={"kv": enc["kv"][i], "pooled": enc["pooled"][i]})
+                for i in range(len(tokens))]
 
     def _text(self, prompts: list[PromptCond]) -> dict[str, torch.Tensor]:
         """Stack per-sample prompt tensors; one prompt is shared by all frames of a chunk."""

@@ -47,6 +47,7 @@ from .grow import grown_decoder, grown_dit
 from .masks import block_causal_context
 from .model import WEIGHTS_DIR, EmbeddedModel, prompt_tokens
 from .samples import sample_sheet
+from .self_rollout import SelfRollout
 from .vocab import TWO_OBJECT_SHARE
 from .world import sample_clip
 
@@ -367,10 +368,11 @@ def student_cfg(args: argparse.Namespace, init: EmbeddedModel) -> EmbeddedConfig
 
 
 def data_record(args: argparse.Namespace) -> dict[str, float]:
-    """The run's error-recycling share and two-object share for its exported record (each only
-    when it is not the default)."""
+    """The run's error-recycling, two-object and self-rollout shares for its exported record (each
+    only when it is not the default)."""
     return ({"recycle": args.recycle} if args.recycle else {}) | (
-        {"two_objects": args.two_objects} if args.two_objects != TWO_OBJECT_SHARE else {})
+        {"two_objects": args.two_objects} if args.two_objects != TWO_OBJECT_SHARE else {}) | (
+        {"self_rollout": args.self_rollout} if args.self_rollout else {})
 
 
 def distill_guidance(args: argparse.Namespace) -> None:
@@ -402,9 +404,10 @@ def distill_steps(args: argparse.Namespace) -> None:
     # encoder was older (docs/model.md, "A sharper latent space") learns the new latents here.
     model = EmbeddedModel(cfg, ae=teacher.ae, dit=copy.deepcopy(init.dit).requires_grad_(True))
     grids = halving_grids(model.spec.schedule(steps), teacher.spec.schedule(2 * steps))
+    rollout = SelfRollout(model, args.self_rollout) if args.self_rollout else None  # model.dit is the trained net
     train_dit(model, args.run_dir, args.dit_steps, args.batch, args.seed, args.ckpt_minutes, args.export, args.lr,
               args.cooldown_steps,
-              lambda net, data: step_distill_loss(net, teacher.dit, data, cfg, scale, grids, args.recycle),
+              lambda net, data: step_distill_loss(net, teacher.dit, data, cfg, scale, grids, args.recycle, rollout),
               {"stage": "step-distill", "teacher_step": teacher_step, "guidance_scale": scale,
                "teacher_steps": 2 * steps, **data_record(args)})
 
@@ -455,12 +458,17 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--two-objects", type=unit_interval, default=TWO_OBJECT_SHARE, metavar="P",
                     help=f"the share of story clips with two objects (default {TWO_OBJECT_SHARE}, the evaluator's): "
                          "more of them trains binding each motion to its object, the weakest part of rollouts")
+    ap.add_argument("--self-rollout", type=unit_interval, default=0.0, metavar="P",
+                    help="with --distill-steps: the share of clips whose past is the student's own rollout, through "
+                         "the inference path, and whose trained chunk starts from its own sampling (self_rollout.py)")
     ap.add_argument("--context-noise", type=unit_interval, default=None, metavar="T",
                     help="with --distill-guidance or --distill-steps: the flow time the student commits its past at "
                          "(default: the --init weights'), which its past is trained at")
     args = ap.parse_args(argv)
     if args.decoder_steps and args.autoencoder_steps:
         ap.error("--decoder-steps and --autoencoder-steps are two different fine-tunes: give one")
+    if args.self_rollout and args.distill_steps is None:
+        ap.error("--self-rollout needs --distill-steps: its target is the teacher's steps from the student's own states")
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
     args.run_dir.mkdir(parents=True, exist_ok=True)
