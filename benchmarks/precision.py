@@ -15,20 +15,17 @@ from __future__ import annotations
 
 import argparse
 import math
-import statistics
 import sys
 from pathlib import Path
 
-import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.common import QUANT_PSNR, RESULTS, emit_result, psnr  # noqa: E402
+from benchmarks.timed_rollouts import median_fps, timed_rollouts  # noqa: E402
 from streamer.hostinfo import host_info  # noqa: E402
 from streamer.models.embedded.model import EmbeddedModel  # noqa: E402
-from streamer.models.embedded.rollout import Script, rollout  # noqa: E402
-from streamer.models.embedded.scripts import story_scripts  # noqa: E402
 from streamer.models.precision import NATIVE_BF16_CPU_FEATURES, PRECISIONS  # noqa: E402
 
 VARIANTS = (*PRECISIONS, *(f"{p}-compiled" for p in PRECISIONS))
@@ -44,21 +41,11 @@ def load_variant(name: str, weights: Path | None) -> EmbeddedModel:
 
 
 def measure(models: dict[str, EmbeddedModel], batch: int, chunks: int, rounds: int) -> dict:
-    f = next(iter(models.values())).spec.frames_per_chunk
-    scripts, _ = story_scripts(np.random.default_rng(0), batch, chunks, f)
-    warm = [Script(s.prompts[:2], s.actions[: 2 * f], s.controls[: 2 * f]) for s in scripts]
-    fps: dict[str, list[float]] = {p: [] for p in models}
-    frames: dict[str, np.ndarray] = {}
-    for model in models.values():
-        rollout(model, warm)
-    for _ in range(rounds):
-        for name, model in models.items():
-            res = rollout(model, scripts, seed=1)
-            fps[name].append(batch * chunks * f / res.seconds)
-            frames[name] = res.frames
+    fps, frames = timed_rollouts(models, batch, chunks, rounds)
     base, *others = models
+    f = next(iter(models.values())).spec.frames_per_chunk
     row = {"batch": batch, "frames": batch * chunks * f,
-           **{f"{name}_frames_per_s": statistics.median(v) for name, v in fps.items()},
+           **{f"{name}_frames_per_s": v for name, v in median_fps(fps).items()},
            "rounds_frames_per_s": fps}  # fmt: skip
     for name in others:  # against the first variant, the baseline
         p = psnr(frames[name], frames[base])
