@@ -31,6 +31,7 @@ import json
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Protocol
 
 import numpy as np
 import torch
@@ -42,6 +43,7 @@ from .autoencoder import Autoencoder, to_unit
 from .config import EmbeddedConfig, differing_fields
 from .distill import guidance_distill_loss, halving_grids, step_distill_loss, teacher_problem
 from .dit import CausalDiT
+from .dmd import DistributionMatching
 from .flow import clip_text, noised, recycled_past, sample_times
 from .grow import grown_decoder, grown_dit
 from .masks import block_causal_context
@@ -53,6 +55,8 @@ from .world import sample_clip
 
 # The stage a DiT run is when its record names none: plain flow-matching training.
 BASE_STAGE = "flow-matching"
+# The EMA decay of a DMD student (Self-Forcing's): its steps are few, a 0.999 EMA would barely move.
+DMD_EMA = 0.99
 
 
 def psnr(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -232,14 +236,26 @@ def data_streams(seed: int, step: int) -> np.random.Generator:
     return rng
 
 
+class Companion(Protocol):
+    """Nets a loss trains beside the DiT (dmd.DistributionMatching's critic): train_dit keeps
+    their state in its checkpoint and their figures in its log."""
+
+    def state_dict(self) -> dict: ...
+    def load_state_dict(self, state: dict) -> None: ...
+    def log_fields(self) -> dict[str, float]: ...
+
+
 def train_dit(model: EmbeddedModel, run: Path, steps: int, batch: int, seed: int,
               minutes_per_ckpt: float, export: Path, lr: float, cooldown: int = 0,
-              loss_fn: Callable[[CausalDiT, dict[str, torch.Tensor]], torch.Tensor] | None = None,
-              record: dict | None = None) -> None:
+              loss_fn: Callable[[CausalDiT, dict[str, torch.Tensor]], torch.Tensor | None] | None = None,
+              record: dict | None = None, companion: Companion | None = None, ema_max: float = 0.999) -> None:
     """Train `model.dit` with `loss_fn` (default: flow matching, `dit_loss`), resumable from `run`.
 
     `record` is written into the exported dit_step.json beside the step (what the run was); its
     `two_objects` (`data_record`) is also the share of story clips with two objects it trains on.
+    A `loss_fn` that returns None took a step of its own nets only (`companion`, e.g. dmd.py's
+    critic, whose state the checkpoint keeps): `model.dit` and its EMA (decay up to `ema_max`)
+    then stay as they are.
     """
     cfg, dit = model.cfg, model.dit
     run_stage = (record or {}).get("stage", BASE_STAGE)
@@ -258,6 +274,8 @@ def train_dit(model: EmbeddedModel, run: Path, steps: int, batch: int, seed: int
         ema.load_state_dict(ck["ema"])
         opt.load_state_dict(ck["opt"])
         step = ck["step"]
+        if companion is not None:
+            companion.load_state_dict(ck["companion"])
     elif (export / "embedded.safetensors").exists() and (export / "dit_step.json").exists():
         # Warm start across work sessions from the committed EMA weights (no optimiser state).
         shipped_record = json.loads((export / "dit_step.json").read_text())
@@ -293,26 +311,29 @@ def train_dit(model: EmbeddedModel, run: Path, steps: int, batch: int, seed: int
         for g in opt.param_groups:
             g["lr"] = lr * warm * cool
         loss = loss_fn(dit, data)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(dit.parameters(), 1.0)
-        opt.step()
-        decay = min(0.999, (1 + step) / (10 + step))
-        with torch.no_grad():
-            for pe, pm in zip(ema.parameters(), dit.parameters(), strict=True):
-                pe.lerp_(pm, 1 - decay)
+        if loss is not None:
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(dit.parameters(), 1.0)
+            opt.step()
+            decay = min(ema_max, (1 + step) / (10 + step))
+            with torch.no_grad():
+                for pe, pm in zip(ema.parameters(), dit.parameters(), strict=True):
+                    pe.lerp_(pm, 1 - decay)
+            losses.append(loss.item())
         step += 1
-        losses.append(loss.item())
         bar.update(1)
-        if step % 10 == 0:
+        if step % 10 == 0 and losses:
             bar.set_postfix(loss=f"{np.mean(losses[-50:]):.4f}")
         if time.monotonic() - last_ckpt > 60 * minutes_per_ckpt or step == steps:
             torch.save({"dit": dit.state_dict(), "ema": ema.state_dict(), "opt": opt.state_dict(),
-                        "step": step, "rng": rng, "torch_rng": torch.get_rng_state()}, ckpt_path)
+                        "step": step, "rng": rng, "torch_rng": torch.get_rng_state(),
+                        **({"companion": companion.state_dict()} if companion is not None else {})}, ckpt_path)
             with log_path.open("a") as fh:
                 fh.write(json.dumps({"stage": run_stage, "step": step,
-                                     "loss": float(np.mean(losses[-100:])),
-                                     "minutes": (time.monotonic() - t_start) / 60}) + "\n")
+                                     "loss": float(np.mean(losses[-100:])) if losses else None,
+                                     "minutes": (time.monotonic() - t_start) / 60,
+                                     **(companion.log_fields() if companion is not None else {})}) + "\n")
             shipped = export_weights(model, ema, export, {"step": step, **(record or {})})
             (run / "samples").mkdir(exist_ok=True)
             sample_sheet(shipped).save(run / "samples" / f"step_{step:06d}.png")
@@ -343,20 +364,25 @@ def load_teacher(args: argparse.Namespace, folder: Path, guided: bool) -> tuple[
 
 
 def student_init(args: argparse.Namespace, teacher: EmbeddedModel, folder: Path) -> EmbeddedModel:
-    """The weights a student starts from: `--init`, or the teacher's own.
-
-    All an init may have of its own is its guidance, default schedule and context noise (a
-    student's inference choices), and its depth: a deeper teacher (`--grow-depth`) can teach a student the runtime can afford.
-    Everything else fixes what the latents, prompts, actions and positions mean, so it must match.
-    """
+    """The weights a student starts from: `--init`, or the teacher's own. The init may differ from
+    the teacher in depth (`beside_teacher`): a deeper teacher (`--grow-depth`) can teach a student
+    the runtime can afford."""
     if args.init is None:
         return teacher
-    init = EmbeddedModel.load(args.init)
+    return beside_teacher(args.init, teacher, folder)
+
+
+def beside_teacher(path: Path, teacher: EmbeddedModel, folder: Path) -> EmbeddedModel:
+    """The model in `path`, which works beside the teacher in `folder` (a student's init, a DMD
+    critic): all it may have of its own is its guidance, default schedule and context noise (a
+    student's inference choices), and its depth. Everything else fixes what the latents, prompts,
+    actions and positions mean, so it must match."""
+    model = EmbeddedModel.load(path)
     own = {"guidance_scale", "guidance_min_t", "distilled_guidance_scale", "timesteps", "context_noise", "dit.depth"}
-    differ = [name for name in differing_fields(init.cfg, teacher.cfg) if name not in own]
+    differ = [name for name in differing_fields(model.cfg, teacher.cfg) if name not in own]
     if differ:
-        raise SystemExit(f"{args.init}: config field '{differ[0]}' differs from the teacher's in {folder}")
-    return init
+        raise SystemExit(f"{path}: config field '{differ[0]}' differs from the teacher's in {folder}")
+    return model
 
 
 def student_cfg(args: argparse.Namespace, init: EmbeddedModel) -> EmbeddedConfig:
@@ -412,6 +438,26 @@ def distill_steps(args: argparse.Namespace) -> None:
                "teacher_steps": 2 * steps, **data_record(args)})
 
 
+def distill_dmd(args: argparse.Namespace) -> None:
+    """Distribution matching on the student's own rollouts (dmd.py): the student starts from
+    `--init`, runs unguided, and is scored by the teacher (guided at its scale) against a critic
+    that starts from `--critic` (default: the teacher's weights)."""
+    teacher, teacher_step = load_teacher(args, args.dmd, guided=False)
+    init = beside_teacher(args.init, teacher, args.dmd)
+    critic = teacher if args.critic is None else beside_teacher(args.critic, teacher, args.dmd)
+    scale = teacher.cfg.guidance_scale
+    cfg = dataclasses.replace(student_cfg(args, init), guidance_scale=1.0, guidance_min_t=0.0,
+                              distilled_guidance_scale=scale)
+    model = EmbeddedModel(cfg, ae=teacher.ae, dit=copy.deepcopy(init.dit).requires_grad_(True))
+    loss = DistributionMatching(model, teacher.dit, scale, copy.deepcopy(critic.dit), args.critic_lr or args.lr,
+                                args.critic_every)
+    train_dit(model, args.run_dir, args.dit_steps, args.batch, args.seed, args.ckpt_minutes, args.export, args.lr,
+              args.cooldown_steps, loss,
+              {"stage": "dmd", "teacher_step": teacher_step, "guidance_scale": scale,
+               "critic_every": args.critic_every, **data_record(args)},
+              companion=loss, ema_max=DMD_EMA)
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--run-dir", type=Path, default=Path("runs/embedded"))
@@ -447,8 +493,8 @@ def main(argv: list[str] | None = None) -> None:
                     help="instead of training: distil the model in TEACHER, at twice the student's steps, into one "
                          "that needs the student's steps, for --dit-steps steps, exported to --export")
     ap.add_argument("--init", type=Path, default=None,
-                    help="with --distill-guidance or --distill-steps: the weights the student starts from (default: the "
-                         "teacher's); its depth may differ from the teacher's")
+                    help="with --distill-guidance, --distill-steps or --dmd: the weights the student starts from "
+                         "(default: the teacher's; --dmd needs one); its depth may differ from the teacher's")
     ap.add_argument("--student-steps", type=positive_int, default=None,
                     help="with --distill-steps: the student's default step count (default: the --init weights'); "
                          "the teacher runs twice as many")
@@ -461,12 +507,25 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--self-rollout", type=unit_interval, default=0.0, metavar="P",
                     help="with --distill-steps: the share of clips whose past is the student's own rollout, through "
                          "the inference path, and whose trained chunk starts from its own sampling (self_rollout.py)")
+    ap.add_argument("--dmd", type=Path, default=None, metavar="TEACHER",
+                    help="instead of training: distil the student in --init by distribution matching on its own "
+                         "rollouts, scored by TEACHER (guided at its scale) against a critic (dmd.py), for "
+                         "--dit-steps critic steps, every --critic-every-th of them also a student step")
+    ap.add_argument("--critic", type=Path, default=None,
+                    help="with --dmd: the weights the critic starts from (default: the teacher's)")
+    ap.add_argument("--critic-every", type=positive_int, default=5, metavar="N",
+                    help="with --dmd: critic steps per student step (default 5, Self-Forcing's)")
+    ap.add_argument("--critic-lr", type=float, default=None, help="with --dmd: the critic's learning rate (default: --lr)")
     ap.add_argument("--context-noise", type=unit_interval, default=None, metavar="T",
-                    help="with --distill-guidance or --distill-steps: the flow time the student commits its past at "
-                         "(default: the --init weights'), which its past is trained at")
+                    help="with --distill-guidance, --distill-steps or --dmd: the flow time the student commits its past "
+                         "at (default: the --init weights'), which its past is trained at")
     args = ap.parse_args(argv)
     if args.decoder_steps and args.autoencoder_steps:
         ap.error("--decoder-steps and --autoencoder-steps are two different fine-tunes: give one")
+    if args.dmd is not None and args.init is None:
+        ap.error("--dmd needs --init: the few-step student it trains (e.g. a step-distilled one)")
+    if args.dmd is not None and args.recycle:
+        ap.error("--recycle has no use with --dmd: the student's past is its own rollout")
     if args.self_rollout and args.distill_steps is None:
         ap.error("--self-rollout needs --distill-steps: its target is the teacher's steps from the student's own states")
     torch.set_num_threads(args.threads)
@@ -489,6 +548,9 @@ def main(argv: list[str] | None = None) -> None:
         return
     if args.distill_steps is not None:
         distill_steps(args)
+        return
+    if args.dmd is not None:
+        distill_dmd(args)
         return
 
     cfg = EmbeddedConfig()
