@@ -152,6 +152,10 @@ def test_dmd_command_trains_an_unguided_student_and_resumes_exactly(tmp_path):
     for name in a:
         torch.testing.assert_close(a[name], b[name], rtol=0, atol=0, msg=name)
 
+    dmd_run(tmp_path, teacher, "resumed", 5, "--critic-lr", "3e-5")  # a resumed run takes its own critic rate
+    opt = torch.load(tmp_path / "resumed" / "dit.pt", weights_only=False)["companion"]["critic_opt"]
+    assert opt["param_groups"][0]["lr"] == 3e-5
+
 
 def test_dmd_needs_a_student_and_a_critic_of_the_teachers_kind(tmp_path):
     teacher = guided_teacher(tmp_path)

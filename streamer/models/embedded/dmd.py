@@ -140,5 +140,8 @@ class DistributionMatching:
 
     def load_state_dict(self, state: dict) -> None:
         self.critic.load_state_dict(state["critic"])
+        lr = self.critic_opt.param_groups[0]["lr"]
         self.critic_opt.load_state_dict(state["critic_opt"])
+        for g in self.critic_opt.param_groups:  # this run's rate, as train_dit sets the student's
+            g["lr"] = lr
         self.calls = state["calls"]
