@@ -16,6 +16,8 @@ Two optional stages distil (distill.py): `--distill-guidance TEACHER` turns a gu
 one that needs one pass a step, and `--distill-steps TEACHER` makes a model's every step do what
 two of the teacher's do. The shipped weights went through both (docs/model.md, Guidance
 distillation and Step distillation); recipe.py runs all the stages in order in one command.
+`--dmd TEACHER` (dmd.py) trains such a student further by distribution matching on its own
+rollouts, scored by TEACHER against a critic trained beside it.
 
 The EMA weights are exported to `streamer/models/embedded/weights/` (or `--export`) at every
 checkpoint, so the shipped model is always the latest one, and a sample sheet of them is written
