@@ -9,7 +9,7 @@ from safetensors.torch import load_file
 
 from streamer.models.embedded.distill import guided_velocity
 from streamer.models.embedded.dmd import DistributionMatching, score_times
-from streamer.models.embedded.flow import noised
+from streamer.models.embedded.flow import clip_velocity, noised
 from streamer.models.embedded.model import EmbeddedModel
 from streamer.models.embedded.train import main
 from tests.models.test_causal_equivalence import tiny_model
@@ -73,7 +73,7 @@ def test_the_gradient_is_the_normalised_difference_of_the_critics_and_the_teache
     bc = t_clip[:, None, None, None, None]
     with torch.no_grad():
         real = x_t[:, -f:] - bc * guided_velocity(dm.teacher, x_t, t_frame, data, cfg, 2.0)
-        fake = x_t[:, -f:] - bc * dm.velocity(dm.critic, x_t, t_frame, data)[:, -f:]
+        fake = x_t[:, -f:] - bc * clip_velocity(dm.critic, x_t, t_frame, data, cfg)[:, -f:]
     norm = (x0_gen.detach() - real).abs().mean(dim=(1, 2, 3, 4), keepdim=True)
     # d/dx 0.5 mean((x - sg(x - g))^2) = g / numel: descent moves x towards the teacher's estimate.
     torch.testing.assert_close(x0_gen.grad * x0_gen.numel(), (fake - real) / norm)
@@ -116,7 +116,7 @@ def test_the_critic_learns_the_clips_it_is_shown():
         t_frame = score_times(model.cfg, clips.shape[0])[:, None].expand(clips.shape[:2]).contiguous()
         x_t, noise = noised(clips, t_frame)
         with torch.no_grad():
-            return float(((dm.velocity(dm.critic, x_t, t_frame, data) - (noise - clips)) ** 2).mean())
+            return float(((clip_velocity(dm.critic, x_t, t_frame, data, model.cfg) - (noise - clips)) ** 2).mean())
 
     before = held_out()
     for _ in range(30):

@@ -31,7 +31,7 @@ import torch
 
 from .config import EmbeddedConfig
 from .dit import CausalDiT
-from .flow import clip_text, noised, recycled_past, sample_times
+from .flow import clip_text, clip_velocity, noised, recycled_past, sample_times
 from .masks import block_causal_context
 from .model import prompt_tokens
 from .self_rollout import SelfRollout
@@ -82,8 +82,7 @@ def guided_velocity(teacher: CausalDiT, x_t: torch.Tensor, t_frame: torch.Tensor
     tokens = data["tokens"]
     if scale == 1.0:  # an unguided teacher: one pass
         with torch.no_grad():
-            return teacher(x_t, t_frame, clip_text(teacher, tokens), data["actions"], data["controls"],
-                           block_causal_context(b, t, f, cfg.dit.tokens_per_frame))[:, -f:]
+            return clip_velocity(teacher, x_t, t_frame, data, cfg)[:, -f:]
     uncond_tokens = tokens.clone()
     uncond_tokens[:, -f:] = prompt_tokens("", cfg.dit.max_tokens)[0]
     with torch.no_grad():
@@ -110,9 +109,7 @@ def guidance_distill_loss(student: CausalDiT, teacher: CausalDiT, data: dict[str
 def last_chunk_error(student: CausalDiT, x_t: torch.Tensor, t_frame: torch.Tensor, data: dict[str, torch.Tensor],
                      cfg: EmbeddedConfig, target: torch.Tensor) -> torch.Tensor:
     """Mean squared error of the student's velocity on the last chunk against `target`."""
-    b, t = x_t.shape[:2]
-    ctx = block_causal_context(b, t, cfg.frames_per_chunk, cfg.dit.tokens_per_frame)
-    pred = student(x_t, t_frame, clip_text(student, data["tokens"]), data["actions"], data["controls"], ctx)
+    pred = clip_velocity(student, x_t, t_frame, data, cfg)
     return ((pred[:, -cfg.frames_per_chunk:] - target) ** 2).mean()
 
 

@@ -31,11 +31,12 @@ from ..base import warp
 from .config import EmbeddedConfig
 from .distill import guided_velocity, past_times
 from .dit import CausalDiT
-from .flow import clip_text, noised
-from .masks import block_causal_context
+from .flow import clip_velocity, noised
 from .model import EmbeddedModel
 from .self_rollout import MAX_CHUNKS, RolledClips, SelfRollout
 
+# The student's EMA decay (Self-Forcing's): its steps are few, a 0.999 EMA would barely move.
+DMD_EMA = 0.99
 # The times (before the model's shift) the scores are read at: DMD leaves out the ends, where a
 # score says nothing (t ~ 0) or nothing about the sample (t ~ 1).
 SCORE_TIMES = (0.02, 0.98)
@@ -91,8 +92,7 @@ class DistributionMatching:
         t_frame[:, -f:] = t_now[:, None]
         x_t, _ = noised(rolled.x0, t_frame)
         x_t[:, -f:] = rolled.states[torch.arange(b), step]
-        v = student(x_t, t_frame, clip_text(student, data["tokens"]), data["actions"], data["controls"],
-                    block_causal_context(b, t, f, cfg.dit.tokens_per_frame))[:, -f:]
+        v = clip_velocity(student, x_t, t_frame, data, cfg)[:, -f:]
         return x_t[:, -f:] - t_now[:, None, None, None, None] * v
 
     def student_loss(self, clips: torch.Tensor, x0_gen: torch.Tensor, data: dict[str, torch.Tensor]) -> torch.Tensor:
@@ -107,16 +107,10 @@ class DistributionMatching:
         bc = t_clip[:, None, None, None, None]
         with torch.no_grad():
             real = x_t[:, -f:] - bc * guided_velocity(self.teacher, x_t, t_frame, data, self.cfg, self.scale)
-            fake = x_t[:, -f:] - bc * self.velocity(self.critic, x_t, t_frame, data)[:, -f:]
+            fake = x_t[:, -f:] - bc * clip_velocity(self.critic, x_t, t_frame, data, self.cfg)[:, -f:]
         norm = (x0_gen.detach() - real).abs().mean(dim=(1, 2, 3, 4), keepdim=True).clamp(min=1e-6)
         g = torch.nan_to_num((fake - real) / norm)
         return 0.5 * ((x0_gen - (x0_gen - g).detach()) ** 2).mean()
-
-    def velocity(self, net: CausalDiT, x_t: torch.Tensor, t_frame: torch.Tensor,
-                 data: dict[str, torch.Tensor]) -> torch.Tensor:
-        b, t = x_t.shape[:2]
-        return net(x_t, t_frame, clip_text(net, data["tokens"]), data["actions"], data["controls"],
-                   block_causal_context(b, t, self.cfg.frames_per_chunk, self.cfg.dit.tokens_per_frame))
 
     def critic_step(self, clips: torch.Tensor, data: dict[str, torch.Tensor]) -> float:
         """One flow-matching step of the critic on generated clips (B, T, C, h, w), every chunk at
@@ -124,7 +118,7 @@ class DistributionMatching:
         b, t = clips.shape[:2]
         t_frame = score_times(self.cfg, b)[:, None].expand(b, t).contiguous()
         x_t, noise = noised(clips, t_frame)
-        loss = ((self.velocity(self.critic, x_t, t_frame, data) - (noise - clips)) ** 2).mean()
+        loss = ((clip_velocity(self.critic, x_t, t_frame, data, self.cfg) - (noise - clips)) ** 2).mean()
         self.critic_opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(self.critic.parameters(), 1.0)

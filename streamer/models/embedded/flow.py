@@ -23,6 +23,15 @@ def clip_text(dit: CausalDiT, tokens: torch.Tensor) -> dict[str, torch.Tensor]:
     return {k: v[inverse].reshape(b, t, *v.shape[1:]) for k, v in enc.items()}
 
 
+def clip_velocity(net: CausalDiT, x_t: torch.Tensor, t_frame: torch.Tensor, data: dict[str, torch.Tensor],
+                  cfg: EmbeddedConfig) -> torch.Tensor:
+    """`net`'s velocity for every frame of clips x_t (B, T, C, h, w) at per-frame times t_frame,
+    under the clips' own prompts, actions and controls and the block-causal mask."""
+    b, t = x_t.shape[:2]
+    return net(x_t, t_frame, clip_text(net, data["tokens"]), data["actions"], data["controls"],
+               block_causal_context(b, t, cfg.frames_per_chunk, cfg.dit.tokens_per_frame))
+
+
 def sample_times(cfg: EmbeddedConfig, shape: tuple[int, ...]) -> torch.Tensor:
     """Flow times for chunks being denoised: half on the sampling schedule, half logit-normal.
 

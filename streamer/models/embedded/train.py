@@ -45,7 +45,7 @@ from .autoencoder import Autoencoder, to_unit
 from .config import EmbeddedConfig, differing_fields
 from .distill import guidance_distill_loss, halving_grids, step_distill_loss, teacher_problem
 from .dit import CausalDiT
-from .dmd import DistributionMatching
+from .dmd import DMD_EMA, DistributionMatching
 from .flow import clip_text, noised, recycled_past, sample_times
 from .grow import grown_decoder, grown_dit
 from .masks import block_causal_context
@@ -57,8 +57,6 @@ from .world import sample_clip
 
 # The stage a DiT run is when its record names none: plain flow-matching training.
 BASE_STAGE = "flow-matching"
-# The EMA decay of a DMD student (Self-Forcing's): its steps are few, a 0.999 EMA would barely move.
-DMD_EMA = 0.99
 
 
 def psnr(a: torch.Tensor, b: torch.Tensor) -> float:
