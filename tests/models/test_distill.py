@@ -16,8 +16,9 @@ from streamer.models.embedded.distill import (
     past_times,
     teacher_problem,
 )
+from streamer.models.embedded.dit_training import ClipSampler
 from streamer.models.embedded.model import EmbeddedModel, prompt_tokens
-from streamer.models.embedded.train import ClipSampler, main
+from streamer.models.embedded.train import main
 from tests.models.test_causal_equivalence import TOL, tiny_model
 
 PROMPTS = ["a red ball moving left on grass", "a blue square moving up on sea"]

@@ -2,6 +2,7 @@
 
 import copy
 import json
+import math
 
 import pytest
 import torch
@@ -106,6 +107,17 @@ def test_the_critic_steps_every_call_and_the_student_every_nth():
     assert all(p.grad is None for p in dm.teacher.parameters())
 
 
+def test_dmd_reads_no_real_latents():
+    """train --dmd skips the autoencoder pass (ClipSampler(encode=False)), whose x0 is NaN: every
+    latent the loss and the critic read must be the student's own."""
+    model, dm, data = matching(critic_shift=0.05)
+    loss = dm(model.dit, {**data, "x0": torch.full_like(data["x0"], float("nan"))})
+    loss.backward()
+    assert torch.isfinite(loss)
+    assert all(torch.isfinite(p.grad).all() for p in model.dit.parameters() if p.grad is not None)
+    assert all(torch.isfinite(p).all() for p in dm.critic.parameters())
+
+
 def test_the_critic_learns_the_clips_it_is_shown():
     model, dm, data = matching()
     torch.manual_seed(0)
@@ -142,6 +154,7 @@ def test_dmd_command_trains_an_unguided_student_and_resumes_exactly(tmp_path):
     log = [json.loads(line) for line in (tmp_path / "straight" / "dit_log.jsonl").read_text().splitlines()]
     assert [e["loss"] is None for e in log] == [True, False, False, False]  # the student's first step is the 2nd
     assert all(e["critic_loss"] > 0 for e in log)
+    assert all(math.isfinite(e["loss"]) for e in log[1:])  # its clips were never encoded (x0 is NaN)
     before = EmbeddedModel.load(tmp_path / "init").dit.state_dict()
     assert any(not torch.equal(before[k], v) for k, v in student.dit.state_dict().items())
 

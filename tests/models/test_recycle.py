@@ -7,10 +7,10 @@ import pytest
 import torch
 
 from streamer.engine_factory import tiny_embedded
-from streamer.models.embedded import distill, train
+from streamer.models.embedded import distill, dit_training
+from streamer.models.embedded.dit_training import ClipSampler, dit_loss
 from streamer.models.embedded.flow import clip_text, recycled_past
 from streamer.models.embedded.masks import block_causal_context
-from streamer.models.embedded.train import ClipSampler, dit_loss
 from tests.models.test_training import tiny_run
 
 
@@ -75,7 +75,7 @@ def test_the_loss_trains_the_chunks_on_the_recycled_past(monkeypatch):
     own = loss()
     own.backward()
     assert all(p.grad is not None for p in model.dit.blocks_list()[0].parameters())
-    real_past_instead(monkeypatch, train)
+    real_past_instead(monkeypatch, dit_training)
     assert loss().item() != own.item()
 
 

@@ -8,7 +8,8 @@ import torch
 from PIL import Image
 
 from streamer.engine_factory import tiny_embedded
-from streamer.models.embedded.train import ClipSampler, dit_loss, main
+from streamer.models.embedded.dit_training import ClipSampler, dit_loss
+from streamer.models.embedded.train import main
 
 
 def test_dit_loss_falls_on_a_fixed_batch():
@@ -32,6 +33,15 @@ def test_dit_loss_falls_on_a_fixed_batch():
         opt.step()
     after = loss_at(123)
     assert after < 0.8 * before, (before, after)
+
+
+def test_a_sampler_that_does_not_encode_draws_the_same_clips_with_nan_latents():
+    model = tiny_embedded()
+    real = ClipSampler(model, np.random.default_rng(0)).sample(3)
+    blind = ClipSampler(model, np.random.default_rng(0), encode=False).sample(3)
+    assert blind["x0"].shape == real["x0"].shape and blind["x0"].isnan().all()
+    for key in ("tokens", "actions", "controls"):
+        assert torch.equal(blind[key], real[key]), key
 
 
 def test_training_script_runs_checkpoints_and_resumes(tmp_path):
@@ -211,11 +221,11 @@ def test_grow_depth_saves_the_grown_model_back_for_a_warm_start(tmp_path):
 
 
 def test_the_two_object_share_reaches_the_clips_and_the_exported_record(tmp_path, monkeypatch):
-    from streamer.models.embedded import train
+    from streamer.models.embedded import dit_training
 
     clips: list = []
-    real = train.sample_clip
-    monkeypatch.setattr(train, "sample_clip", lambda *a, **k: clips.append(real(*a, **k)) or clips[-1])
+    real = dit_training.sample_clip
+    monkeypatch.setattr(dit_training, "sample_clip", lambda *a, **k: clips.append(real(*a, **k)) or clips[-1])
     ClipSampler(tiny_embedded(), np.random.default_rng(0), two_objects=1.0).sample(12)
     stories = [spec for clip in clips for spec in clip.specs if spec.kind == "story"]
     assert stories and all(len(spec.objects) == 2 for spec in stories)

@@ -71,8 +71,7 @@ def recycled_past(dit: CausalDiT, x0: torch.Tensor, frames: torch.Tensor, data: 
     t_r = (lo + (hi - lo) * torch.rand(b, t // f)).repeat_interleave(f, 1)
     x_r, _ = noised(x0[rows], t_r)
     with torch.no_grad():
-        v = dit(x_r, t_r, clip_text(dit, data["tokens"][rows]), data["actions"][rows], data["controls"][rows],
-                block_causal_context(b, t, f, cfg.dit.tokens_per_frame))
+        v = clip_velocity(dit, x_r, t_r, {k: data[k][rows] for k in ("tokens", "actions", "controls")}, cfg)
     out = x0.clone()
     est = x_r - t_r[..., None, None, None] * v
     out[rows] = torch.where(frames[rows][..., None, None, None], est, x0[rows])
