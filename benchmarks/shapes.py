@@ -18,9 +18,12 @@ An object of the prompt is `seen` in a frame when an object of its colour is fou
 right when that object also has the prompt's shape. Per stage and per shape: `colour` (seen /
 frames), `shape_and_colour` (right / frames, the evaluator's figure) and `shape_given_colour`
 (right / seen), with one- and two-object prompts apart. Every figure's ratio is against
-`rendered`.
+`rendered`. `binding`: in two-object prompts whose shapes differ, the share of object frames
+whose colour is found with its own shape, with the other object's (the two swapped), with the
+third shape, or not found.
 
-    python benchmarks/shapes.py [--weights DIR] [--guidance 2 --steps 8] -> benchmarks/results/shapes.json
+    python benchmarks/shapes.py [--weights DIR] [--guidance 2 --steps 8] [--two-objects 1]
+        -> benchmarks/results/shapes.json
 """
 
 from __future__ import annotations
@@ -36,7 +39,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.common import RESULTS, emit_result  # noqa: E402
-from streamer.argtypes import positive_int  # noqa: E402
+from streamer.argtypes import positive_int, share  # noqa: E402
 from streamer.chunk_steps import commit_noise, denoise_step  # noqa: E402
 from streamer.hostinfo import host_info  # noqa: E402
 from streamer.models.base import PromptCond  # noqa: E402
@@ -44,7 +47,7 @@ from streamer.models.embedded.evaluate import read_objects  # noqa: E402
 from streamer.models.embedded.model import EmbeddedModel  # noqa: E402
 from streamer.models.embedded.rollout import Script, chunk_conditioning, rollout  # noqa: E402
 from streamer.models.embedded.scripts import story_scripts  # noqa: E402
-from streamer.models.embedded.vocab import SHAPES, SceneSpec  # noqa: E402
+from streamer.models.embedded.vocab import SHAPES, TWO_OBJECT_SHARE, SceneSpec  # noqa: E402
 from streamer.models.embedded.world import World  # noqa: E402
 
 BLURS = (1.5, 2.0)
@@ -126,6 +129,23 @@ def shape_reads(clips: np.ndarray, specs: list[SceneSpec]) -> dict:
             for g, (n, seen, right) in sorted(counts.items())}
 
 
+def binding_reads(clips: np.ndarray, specs: list[SceneSpec]) -> dict:
+    """In two-object prompts with two shapes: the share of object frames read with the object's
+    own shape, the other object's, the third, or unseen (colour not found)."""
+    counts = dict.fromkeys(("own_shape", "other_shape", "third_shape", "unseen"), 0)
+    for frames, spec in zip(clips, specs, strict=True):
+        objs = spec.objects
+        if len(objs) != 2 or objs[0].shape == objs[1].shape:
+            continue
+        for frame in frames:
+            for obj, other, seen in zip(objs, objs[::-1], read_objects(frame, spec), strict=True):
+                key = ("unseen" if seen is None else "own_shape" if seen.shape == obj.shape
+                       else "other_shape" if seen.shape == other.shape else "third_shape")
+                counts[key] += 1
+    n = sum(counts.values())
+    return {"object_frames": n, **{k: v / n if n else None for k, v in counts.items()}}
+
+
 class StoryBench(NamedTuple):
     """What a stage benchmark (this one, benchmarks/motion.py) reads: its arguments, the model,
     the story clips drawn as the evaluator draws them, rendered and encoded."""
@@ -147,6 +167,8 @@ def story_bench(argv: list[str] | None, description: str, clips: int, out: Path)
     ap.add_argument("--steps", type=positive_int, default=None, help="denoising steps (default: the weights' own)")
     ap.add_argument("--clips", type=positive_int, default=clips)
     ap.add_argument("--chunks", type=positive_int, default=12, help="chunks a clip")
+    ap.add_argument("--two-objects", type=share, default=TWO_OBJECT_SHARE, metavar="P",
+                    help=f"the share of clips with two objects (default {TWO_OBJECT_SHARE}, the evaluator's)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=positive_int, default=2)
     ap.add_argument("--json", action="store_true", help="print the result object as the last line")
@@ -156,7 +178,7 @@ def story_bench(argv: list[str] | None, description: str, clips: int, out: Path)
     model = EmbeddedModel.load(args.weights)
     model.configure_guidance(args.guidance)
     scripts, specs = story_scripts(np.random.default_rng(args.seed), args.clips, args.chunks,
-                                   model.spec.frames_per_chunk)
+                                   model.spec.frames_per_chunk, args.two_objects)
     real = rendered(specs, scripts[0].frames, model.spec.height, args.seed)
     return StoryBench(args, model, args.steps or model.spec.default_steps, scripts, specs, real, latents(model, real))
 
@@ -166,7 +188,7 @@ def emit_story_bench(bench: StoryBench, stages: dict) -> None:
     args, model = bench.args, bench.model
     result = {"weights": str(args.weights or "shipped"), "guidance_scale": model.cfg.guidance_scale,
               "context_noise": model.cfg.context_noise, "steps": bench.steps,
-              "clips": args.clips, "frames_per_clip": bench.scripts[0].frames, "seed": args.seed,
+              "clips": args.clips, "two_objects": args.two_objects, "frames_per_clip": bench.scripts[0].frames, "seed": args.seed,
               "threads": args.threads, "stages": stages, "host": host_info(torch.device("cpu"))}
     emit_result(result, args.out, args.json)
 
@@ -185,6 +207,11 @@ def main(argv: list[str] | None = None) -> int:
                                      if base[g]["shape_and_colour"] else None for g, r in row.items()}
         print(f"{name:>12} shape+colour {row['all']['shape_and_colour']:.3f} colour {row['all']['colour']:.3f} "
               + " ".join(f"{s} {row[s]['shape_and_colour']:.2f}" for s in SHAPES if s in row), file=sys.stderr)
+    for name, clips in stages.items():
+        rows[name]["binding"] = bind = binding_reads(clips, bench.specs)
+        if bind["object_frames"]:
+            print(f"{name:>12} binding: own {bind['own_shape']:.3f} other {bind['other_shape']:.3f} "
+                  f"third {bind['third_shape']:.3f} unseen {bind['unseen']:.3f}", file=sys.stderr)
     emit_story_bench(bench, rows)
     return 0
 

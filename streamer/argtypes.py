@@ -16,14 +16,34 @@ def positive_int(text: str) -> int:
     return value
 
 
-def unit_interval(text: str) -> float:
-    """A number in [0, 1), e.g. a flow time short of pure noise (argparse's error names the flag)."""
+def _number(text: str) -> float:
     try:
-        value = float(text)
+        return float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+
+
+def unit_interval(text: str) -> float:
+    """A number in [0, 1), e.g. a flow time short of pure noise (argparse's error names the flag)."""
+    value = _number(text)
     if not 0.0 <= value < 1.0:
         raise argparse.ArgumentTypeError(f"must be in [0, 1), got {value}")
+    return value
+
+
+def share(text: str) -> float:
+    """A number in [0, 1], e.g. the share of clips with two objects."""
+    value = _number(text)
+    if not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError(f"must be in [0, 1], got {value}")
+    return value
+
+
+def non_negative(text: str) -> float:
+    """A number of at least 0, e.g. a loss weight."""
+    value = _number(text)
+    if not value >= 0.0:  # also refuses nan
+        raise argparse.ArgumentTypeError(f"must be at least 0, got {value}")
     return value
 
 

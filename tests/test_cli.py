@@ -200,3 +200,18 @@ def test_serve_fps_for_sessions_reaches_the_engine_and_raises_its_session_limit(
     flags = ["--fps-for-sessions", "9", "--max-sessions", "4"]
     assert cli.main(["serve", "--config", "tiny-random", *flags]) == 2
     assert "fps_sessions must be in 1..max_sessions (4), got 9" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("kind", "good", "bad"), [("share", ["0", "1", "0.3"], ["1.01", "-0.1", "x"]),
+                                                   ("non_negative", ["0", "2.5"], ["-1", "nan", "x"]),
+                                                   ("unit_interval", ["0", "0.99"], ["1", "-0.1", "x"])])
+def test_number_types_take_their_range_and_refuse_the_rest(kind, good, bad):
+    import argparse
+
+    from streamer import argtypes
+
+    parse = getattr(argtypes, kind)
+    assert [parse(v) for v in good] == [float(v) for v in good]
+    for value in bad:
+        with pytest.raises(argparse.ArgumentTypeError):
+            parse(value)

@@ -30,6 +30,23 @@ def test_the_reader_reads_the_renderers_shapes_and_a_wrong_shape_is_never_right(
     assert misread["colour"] == reads["all"]["colour"] and misread["shape_and_colour"] < 0.1
 
 
+def test_binding_counts_a_swapped_pair_as_the_other_objects_shape():
+    _, specs = story_scripts(np.random.default_rng(3), 12, 2, 2, two_objects=1.0)
+    specs = [s for s in specs if s.objects[0].shape != s.objects[1].shape]
+    assert specs and all(len(s.objects) == 2 for s in specs)
+    clips = shapes.rendered(specs, 4, 128, seed=0)
+    assert shapes.binding_reads(clips, specs)["own_shape"] > 0.9
+    # The same clips read against prompts whose two shapes are swapped: the renderer drew each
+    # colour with the other object's shape.
+    swapped = [dataclasses.replace(s, objects=tuple(dataclasses.replace(o, shape=other.shape)
+                                                    for o, other in zip(s.objects, s.objects[::-1], strict=True)))
+               for s in specs]
+    reads = shapes.binding_reads(clips, swapped)
+    assert reads["other_shape"] > 0.9 and reads["object_frames"] == 4 * 2 * len(specs)
+    assert shapes.binding_reads(clips[:0], specs[:0]) == {"object_frames": 0, "own_shape": None, "other_shape": None,
+                                                          "third_shape": None, "unseen": None}
+
+
 def test_blur_softens_edges_but_keeps_flat_regions_and_wraps():
     clip = np.zeros((1, 1, 32, 32, 3), np.uint8)
     clip[..., 10:20, 0:6, :] = 200  # a block on the left edge: the blur wraps it to the right one
@@ -62,3 +79,4 @@ def test_writes_every_stage_with_ratios_to_the_rendered_frames(tmp_path):
     rendered = result["stages"]["rendered"]
     assert all(v in (1.0, None) for v in rendered["ratios_vs_rendered"].values())
     assert set(result["stages"]["rollout"]) == set(rendered)
+    assert set(rendered["binding"]) == {"object_frames", "own_shape", "other_shape", "third_shape", "unseen"}

@@ -64,9 +64,9 @@ def student_cfg(args: argparse.Namespace, init: EmbeddedModel) -> EmbeddedConfig
 
 
 def data_record(args: argparse.Namespace) -> dict[str, float]:
-    """The run's error-recycling, two-object and self-rollout shares for its exported record (each
-    only when it is not the default)."""
-    return ({"recycle": args.recycle} if args.recycle else {}) | (
+    """The run's error-recycling, two-object and self-rollout shares and its binding weight for its
+    exported record (each only when it is not the default)."""
+    return ({"recycle": args.recycle} if args.recycle else {}) | ({"bind": args.bind} if args.bind else {}) | (
         {"two_objects": args.two_objects} if args.two_objects != TWO_OBJECT_SHARE else {}) | (
         {"self_rollout": args.self_rollout} if args.self_rollout else {})
 

@@ -15,6 +15,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
+from .binding import binding_loss
 from .config import EmbeddedConfig, differing_fields
 from .dit import CausalDiT
 from .flow import clip_velocity, noised, recycled_past, sample_times
@@ -70,9 +71,11 @@ class ClipSampler:
         }
 
 
-def dit_loss(dit: CausalDiT, data: dict[str, torch.Tensor], cfg: EmbeddedConfig, recycle: float = 0.0) -> torch.Tensor:
+def dit_loss(dit: CausalDiT, data: dict[str, torch.Tensor], cfg: EmbeddedConfig, recycle: float = 0.0,
+             bind: float = 0.0) -> torch.Tensor:
     """Flow-matching loss of a batch of clips. `recycle`: the share of clean-past clips whose past
-    is the model's own estimate of it (`recycled_past`), against the exposure gap of rollouts."""
+    is the model's own estimate of it (`recycled_past`), against the exposure gap of rollouts.
+    `bind`: the weight of binding.py's loss on the prompt encoder, added to it."""
     x0 = data["x0"]
     b, t = x0.shape[:2]
     f = cfg.frames_per_chunk
@@ -94,7 +97,8 @@ def dit_loss(dit: CausalDiT, data: dict[str, torch.Tensor], cfg: EmbeddedConfig,
     v = clip_velocity(dit, x_t, t_frame, data, cfg)
     # Nearly clean chunks are context only: their velocity target is unpredictable noise.
     weight = (t_frame > 0.05).float()[..., None, None, None]
-    return ((v - (noise - x0)) ** 2 * weight).sum() / (weight.sum() * v[0, 0].numel()).clamp(min=1)
+    loss = ((v - (noise - x0)) ** 2 * weight).sum() / (weight.sum() * v[0, 0].numel()).clamp(min=1)
+    return loss + bind * binding_loss(dit.text, data["tokens"]) if bind > 0 else loss
 
 
 def data_streams(seed: int, step: int) -> np.random.Generator:

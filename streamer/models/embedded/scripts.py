@@ -17,8 +17,9 @@ def held(values: list, f: int) -> np.ndarray:
     return np.repeat(np.asarray(values), f, axis=0)
 
 
-def story_scripts(rng: np.random.Generator, n: int, chunks: int, f: int) -> tuple[list[Script], list]:
-    specs = [vocab.random_spec(rng, "story") for _ in range(n)]
+def story_scripts(rng: np.random.Generator, n: int, chunks: int, f: int,
+                  two_objects: float = vocab.TWO_OBJECT_SHARE) -> tuple[list[Script], list]:
+    specs = [vocab.random_spec(rng, "story", two_objects) for _ in range(n)]
     scripts = [Script([vocab.describe(s)] * chunks, np.zeros(chunks * f, np.int64),
                       held([[0.0, 1.0]] * chunks, f).astype(np.float32)) for s in specs]
     return scripts, specs

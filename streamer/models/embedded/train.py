@@ -10,7 +10,9 @@ Two stages, each resumable from `--run-dir` (checkpoints every few minutes):
    redirects are learned, and a tenth of the chunks are trained under the empty prompt so
    that classifier-free guidance has an unconditional prediction to steer away from.
    `--recycle P` gives a share of the clean pasts the model's own errors (flow.recycled_past);
-   `--two-objects P` sets the share of story clips with two objects (default 0.3).
+   `--two-objects P` sets the share of story clips with two objects (default 0.3);
+   `--bind W` adds binding.py's loss on the prompt encoder at weight W (which object each word
+   describes).
 
 Two optional stages distil (distill.py): `--distill-guidance TEACHER` turns a guided model into
 one that needs one pass a step, and `--distill-steps TEACHER` makes a model's every step do what
@@ -35,7 +37,7 @@ from pathlib import Path
 
 import torch
 
-from ...argtypes import positive_int, unit_interval
+from ...argtypes import non_negative, positive_int, unit_interval
 from .autoencoder_training import evaluate_autoencoder, finetune_autoencoder, train_autoencoder
 from .config import EmbeddedConfig
 from .distill_commands import data_record, distill_dmd, distill_guidance, distill_steps
@@ -92,6 +94,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--two-objects", type=unit_interval, default=TWO_OBJECT_SHARE, metavar="P",
                     help=f"the share of story clips with two objects (default {TWO_OBJECT_SHARE}, the evaluator's): "
                          "more of them trains binding each motion to its object, the weakest part of rollouts")
+    ap.add_argument("--bind", type=non_negative, default=0.0, metavar="W",
+                    help="in training: the weight of the binding loss (binding.py), which asks each word of a story "
+                         "object to name its whole object in the prompt encoder (default 0: off)")
     ap.add_argument("--self-rollout", type=unit_interval, default=0.0, metavar="P",
                     help="with --distill-steps: the share of clips whose past is the student's own rollout, through "
                          "the inference path, and whose trained chunk starts from its own sampling (self_rollout.py)")
@@ -114,6 +119,8 @@ def main(argv: list[str] | None = None) -> None:
         ap.error("--dmd needs --init: the few-step student it trains (e.g. a step-distilled one)")
     if args.dmd is not None and args.recycle:
         ap.error("--recycle has no use with --dmd: the student's past is its own rollout")
+    if args.bind and (args.distill_guidance or args.distill_steps or args.dmd):
+        ap.error("--bind is a loss of training (no --distill-guidance, --distill-steps or --dmd)")
     if args.self_rollout and args.distill_steps is None:
         ap.error("--self-rollout needs --distill-steps: its target is the teacher's steps from the student's own states")
     torch.set_num_threads(args.threads)
@@ -159,7 +166,7 @@ def main(argv: list[str] | None = None) -> None:
     torch.manual_seed(args.seed)
     model.dit = CausalDiT(cfg.dit)
     train_dit(model, args.run_dir, args.dit_steps, args.batch, args.seed, args.ckpt_minutes, args.export, args.lr,
-              args.cooldown_steps, lambda net, data: dit_loss(net, data, cfg, args.recycle), data_record(args) or None)
+              args.cooldown_steps, lambda net, data: dit_loss(net, data, cfg, args.recycle, args.bind), data_record(args) or None)
 
 
 if __name__ == "__main__":

@@ -104,11 +104,15 @@ class SceneSpec:
 
 @dataclass
 class ParsedPrompt:
-    """Result of `parse_prompt`: the spec, the model's token ids, and the ignored words."""
+    """Result of `parse_prompt`: the spec, the model's token ids, and the ignored words.
+
+    `token_objects[i]` is the index in `spec.objects` of the story object token i describes
+    (its colour, shape or motion word), -1 for every other token (binding.py trains on it)."""
 
     spec: SceneSpec
     token_ids: list[int]
     unknown_words: list[str] = field(default_factory=list)
+    token_objects: list[int] = field(default_factory=list)
 
 
 DEFAULT_BACKGROUND = "gray"
@@ -144,11 +148,13 @@ def parse_prompt(text: str) -> ParsedPrompt:
     skin: str | None = None
     hair: str | None = None
     objects: list[dict[str, str]] = []
+    word_objects = [-1] * len(words)
 
-    def current(slot: str) -> dict[str, str]:
+    def current(slot: str, i: int) -> dict[str, str]:
         # A word fills the open object unless that slot is taken, which starts a new object.
         if not objects or slot in objects[-1]:
             objects.append({})
+        word_objects[i] = len(objects) - 1 if len(objects) <= MAX_OBJECTS else -1
         return objects[-1]
 
     for i, w in enumerate(words):
@@ -175,11 +181,11 @@ def parse_prompt(text: str) -> ParsedPrompt:
             if kind == "game":
                 character = character or COLOR_WORDS[w]
             elif kind == "story":
-                current("color")["color"] = COLOR_WORDS[w]
+                current("color", i)["color"] = COLOR_WORDS[w]
         elif kind == "story" and w in SHAPE_WORDS:
-            current("shape")["shape"] = SHAPE_WORDS[w]
+            current("shape", i)["shape"] = SHAPE_WORDS[w]
         elif kind == "story" and w in MOTION_WORDS:
-            current("motion")["motion"] = MOTION_WORDS[w]
+            current("motion", i)["motion"] = MOTION_WORDS[w]
 
     bg = background or DEFAULT_BACKGROUND
     if kind == "game":
@@ -190,7 +196,8 @@ def parse_prompt(text: str) -> ParsedPrompt:
         objs = tuple(ObjectSpec(o.get("color", DEFAULT_OBJECT.color), o.get("shape", DEFAULT_OBJECT.shape),
                                 o.get("motion", DEFAULT_OBJECT.motion)) for o in objects[:MAX_OBJECTS])
         spec = SceneSpec("story", bg, objects=objs or (DEFAULT_OBJECT,))
-    return ParsedPrompt(spec, token_ids, unknown)
+    token_objects = [o for w, o in zip(words, word_objects, strict=True) if w in _TOKEN_ID][:MAX_TOKENS]
+    return ParsedPrompt(spec, token_ids, unknown, token_objects)
 
 
 def _motion_phrase(motion: str) -> str:
