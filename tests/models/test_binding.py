@@ -71,6 +71,22 @@ def test_dit_loss_adds_the_weighted_binding_loss_and_leaves_the_flow_loss_as_it_
     assert extra > 0 and torch.allclose(bound, plain + 0.5 * extra)
 
 
+def test_the_sampler_draws_two_object_prompts_for_the_loss_after_the_same_clips():
+    model = tiny_embedded()
+    plain = ClipSampler(model, np.random.default_rng(0)).sample(2)
+    extra = ClipSampler(model, np.random.default_rng(0), bind_prompts=5).sample(2)
+    assert torch.equal(extra["tokens"], plain["tokens"]) and "bind_tokens" not in plain
+    assert extra["bind_tokens"].shape == (5, model.cfg.dit.max_tokens)
+    objects = binding_targets(extra["bind_tokens"])[..., 0]  # colour index per word, -1 off-object
+    assert all(len(set(row[row >= 0].tolist())) == 2 for row in objects)  # two objects, two colours
+    torch.manual_seed(1)
+    with_extra = dit_loss(model.dit, extra, model.cfg, bind=1.0)
+    torch.manual_seed(1)
+    flow = dit_loss(model.dit, extra, model.cfg)
+    both = torch.cat([extra["tokens"].reshape(-1, extra["tokens"].shape[-1]), extra["bind_tokens"]])
+    assert torch.allclose(with_extra, flow + binding_loss(model.dit.text, both))
+
+
 def test_the_weight_reaches_the_exported_record_and_distillation_refuses_it(tmp_path):
     tiny_run(tmp_path, "run", 2, "--bind", "0.1")
     assert json.loads((tmp_path / "export" / "dit_step.json").read_text()) == {"step": 2, "bind": 0.1}

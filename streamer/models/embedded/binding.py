@@ -9,7 +9,9 @@ fixed random linear readout of the encoder's features: an image token that atten
 object's colour word then also reads that object's shape and motion there.
 
 The readout is fixed (seeded, never trained) so the loss needs no state of its own: the encoder
-learns to put each object's attributes along its directions.
+learns to put each object's attributes along its directions. The clips of a batch hold about one
+two-object prompt, too few to learn from, so the sampler also draws `BIND_PROMPTS` two-object
+prompts a step for this loss alone (`ClipSampler(bind_prompts=)`).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from .dit import TextEncoder
 from .model import BOS
 
 GROUPS = (tuple(vocab.COLORS), vocab.SHAPES, vocab.MOTIONS)  # what each word names of its object
+BIND_PROMPTS = 32
 _READOUT_SEED = 20261206
 
 

@@ -15,13 +15,13 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from .binding import binding_loss
+from .binding import BIND_PROMPTS, binding_loss
 from .config import EmbeddedConfig, differing_fields
 from .dit import CausalDiT
 from .flow import clip_velocity, noised, recycled_past, sample_times
 from .model import EmbeddedModel, prompt_tokens
 from .samples import sample_sheet
-from .vocab import TWO_OBJECT_SHARE
+from .vocab import TWO_OBJECT_SHARE, describe, random_spec
 from .world import sample_clip
 
 # The stage a DiT run is when its record names none: plain flow-matching training.
@@ -33,13 +33,16 @@ class ClipSampler:
 
     `encode=False` is for a loss that reads only the clips' prompts, actions and controls (dmd.py
     rolls out its own latents): the autoencoder pass is skipped and "x0" is NaN, so a loss that
-    reads it anyway fails loudly. The draws are the same either way.
+    reads it anyway fails loudly. The draws are the same either way. `bind_prompts` > 0 adds
+    "bind_tokens", that many two-object story prompts for binding.py's loss, drawn after the clips.
     """
 
     def __init__(self, model: EmbeddedModel, rng: np.random.Generator, gap_prob: float = 0.5,
-                 null_prompt_prob: float = 0.1, two_objects: float = TWO_OBJECT_SHARE, encode: bool = True):
+                 null_prompt_prob: float = 0.1, two_objects: float = TWO_OBJECT_SHARE, encode: bool = True,
+                 bind_prompts: int = 0):
         self.model, self.rng, self.gap_prob = model, rng, gap_prob
         self.null_prompt_prob, self.two_objects, self.encode = null_prompt_prob, two_objects, encode
+        self.bind_prompts = bind_prompts
         self.cfg = model.cfg
 
     def sample(self, batch: int) -> dict[str, torch.Tensor]:
@@ -63,12 +66,16 @@ class ClipSampler:
             latents = self.model.encode_frames(torch.from_numpy(np.concatenate(frames))).reshape(shape)
         else:
             latents = torch.full(shape, float("nan"))
-        return {
+        data = {
             "x0": latents,  # (B, T, C, h, w)
             "actions": torch.from_numpy(np.stack(acts)).long(),  # (B, T)
             "controls": torch.from_numpy(np.stack(ctrls)).float(),  # (B, T, 2)
             "tokens": torch.stack(toks),  # (B, T, L) prompt of each frame's chunk
         }
+        if self.bind_prompts:
+            specs = [random_spec(self.rng, "story", two_objects=1.0) for _ in range(self.bind_prompts)]
+            data["bind_tokens"] = torch.stack([prompt_tokens(describe(s), cfg.dit.max_tokens)[0] for s in specs])
+        return data
 
 
 def dit_loss(dit: CausalDiT, data: dict[str, torch.Tensor], cfg: EmbeddedConfig, recycle: float = 0.0,
@@ -98,7 +105,10 @@ def dit_loss(dit: CausalDiT, data: dict[str, torch.Tensor], cfg: EmbeddedConfig,
     # Nearly clean chunks are context only: their velocity target is unpredictable noise.
     weight = (t_frame > 0.05).float()[..., None, None, None]
     loss = ((v - (noise - x0)) ** 2 * weight).sum() / (weight.sum() * v[0, 0].numel()).clamp(min=1)
-    return loss + bind * binding_loss(dit.text, data["tokens"]) if bind > 0 else loss
+    if bind == 0:
+        return loss
+    tokens = data["tokens"].reshape(-1, data["tokens"].shape[-1])
+    return loss + bind * binding_loss(dit.text, torch.cat([tokens, data.get("bind_tokens", tokens[:0])]))
 
 
 def data_streams(seed: int, step: int) -> np.random.Generator:
@@ -174,7 +184,8 @@ def train_dit(model: EmbeddedModel, run: Path, steps: int, batch: int, seed: int
         if "torch_rng" in ck:  # checkpoints before session 16 did not keep the noise stream
             torch.set_rng_state(ck["torch_rng"])
     dit.train()
-    sampler = ClipSampler(model, rng, two_objects=(record or {}).get("two_objects", TWO_OBJECT_SHARE), encode=encode)
+    sampler = ClipSampler(model, rng, two_objects=(record or {}).get("two_objects", TWO_OBJECT_SHARE), encode=encode,
+                          bind_prompts=BIND_PROMPTS if (record or {}).get("bind") else 0)
     last_ckpt, t_start = time.monotonic(), time.monotonic()
     bar = tqdm(total=steps, initial=step, desc="dit", dynamic_ncols=True)
     losses: list[float] = []
