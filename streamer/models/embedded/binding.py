@@ -65,11 +65,8 @@ def binding_loss(text: TextEncoder, tokens: torch.Tensor) -> torch.Tensor:
     targets = binding_targets(uniq)
     feats, _ = text(uniq)
     logits = feats @ readout(feats.shape[-1]).to(feats).T
-    losses, start = [], 0
-    for g, group in enumerate(GROUPS):
-        part = logits[..., start : start + len(group)]
-        start += len(group)
-        losses.append(F.cross_entropy(part.reshape(-1, len(group)), targets[..., g].reshape(-1),
-                                      ignore_index=-1, reduction="sum"))
+    parts = logits.split([len(g) for g in GROUPS], dim=-1)
+    total = sum(F.cross_entropy(part.flatten(0, -2), targets[..., g].flatten(), ignore_index=-1, reduction="sum")
+                for g, part in enumerate(parts))
     n = (targets[..., 0] >= 0).sum()
-    return torch.stack(losses).sum() / (n * len(GROUPS)).clamp(min=1)
+    return total / (n * len(GROUPS)).clamp(min=1)
