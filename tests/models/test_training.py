@@ -230,5 +230,5 @@ def test_the_two_object_share_reaches_the_clips_and_the_exported_record(tmp_path
     stories = [spec for clip in clips for spec in clip.specs if spec.kind == "story"]
     assert stories and all(len(spec.objects) == 2 for spec in stories)
 
-    tiny_run(tmp_path, "run", 2, "--two-objects", "0.6")
-    assert json.loads((tmp_path / "export" / "dit_step.json").read_text()) == {"step": 2, "two_objects": 0.6}
+    tiny_run(tmp_path, "run", 2, "--two-objects", "1")  # all clips two-object: a share, 1 included
+    assert json.loads((tmp_path / "export" / "dit_step.json").read_text()) == {"step": 2, "two_objects": 1.0}

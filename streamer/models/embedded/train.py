@@ -37,7 +37,7 @@ from pathlib import Path
 
 import torch
 
-from ...argtypes import non_negative, positive_int, unit_interval
+from ...argtypes import non_negative, positive_int, share, unit_interval
 from .autoencoder_training import evaluate_autoencoder, finetune_autoencoder, train_autoencoder
 from .config import EmbeddedConfig
 from .distill_commands import data_record, distill_dmd, distill_guidance, distill_steps
@@ -91,7 +91,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--recycle", type=unit_interval, default=0.0, metavar="P",
                     help="the share of clean-past clips whose past is the trained model's own one-pass estimate "
                          "of it (error recycling, docs/model.md); in distillation the teacher sees that past too")
-    ap.add_argument("--two-objects", type=unit_interval, default=TWO_OBJECT_SHARE, metavar="P",
+    ap.add_argument("--two-objects", type=share, default=TWO_OBJECT_SHARE, metavar="P",
                     help=f"the share of story clips with two objects (default {TWO_OBJECT_SHARE}, the evaluator's): "
                          "more of them trains binding each motion to its object, the weakest part of rollouts")
     ap.add_argument("--bind", type=non_negative, default=0.0, metavar="W",
