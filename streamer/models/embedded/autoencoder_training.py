@@ -12,6 +12,7 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
+from .atomic_save import save_atomically
 from .autoencoder import Autoencoder, to_unit
 from .config import EmbeddedConfig
 from .grow import grown_decoder
@@ -85,7 +86,7 @@ def fit_autoencoder(ae: Autoencoder, ckpt_path: Path, steps: int, seed: int, min
         if step % 20 == 0:
             bar.set_postfix(loss=f"{loss.item():.4f}", psnr=f"{psnr(rec.detach(), img):.1f}")
         if time.monotonic() - last_ckpt > 60 * minutes_per_ckpt or step == steps:
-            torch.save({"ae": ae.state_dict(), "opt": opt.state_dict(), "step": step, "rng": rng}, ckpt_path)
+            save_atomically({"ae": ae.state_dict(), "opt": opt.state_dict(), "step": step, "rng": rng}, ckpt_path)
             last_ckpt = time.monotonic()
     bar.close()
     return ae.eval()

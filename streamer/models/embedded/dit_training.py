@@ -15,6 +15,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
+from .atomic_save import save_atomically
 from .binding import BIND_PROMPTS, binding_loss
 from .config import EmbeddedConfig, differing_fields
 from .dit import CausalDiT
@@ -213,7 +214,7 @@ def train_dit(model: EmbeddedModel, run: Path, steps: int, batch: int, seed: int
         if step % 10 == 0 and losses:
             bar.set_postfix(loss=f"{np.mean(losses[-50:]):.4f}")
         if time.monotonic() - last_ckpt > 60 * minutes_per_ckpt or step == steps:
-            torch.save({"dit": dit.state_dict(), "ema": ema.state_dict(), "opt": opt.state_dict(),
+            save_atomically({"dit": dit.state_dict(), "ema": ema.state_dict(), "opt": opt.state_dict(),
                         "step": step, "rng": rng, "torch_rng": torch.get_rng_state(),
                         **({"companion": companion.state_dict()} if companion is not None else {})}, ckpt_path)
             with log_path.open("a") as fh:
