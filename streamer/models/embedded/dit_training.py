@@ -215,8 +215,8 @@ def train_dit(model: EmbeddedModel, run: Path, steps: int, batch: int, seed: int
             bar.set_postfix(loss=f"{np.mean(losses[-50:]):.4f}")
         if time.monotonic() - last_ckpt > 60 * minutes_per_ckpt or step == steps:
             save_atomically({"dit": dit.state_dict(), "ema": ema.state_dict(), "opt": opt.state_dict(),
-                        "step": step, "rng": rng, "torch_rng": torch.get_rng_state(),
-                        **({"companion": companion.state_dict()} if companion is not None else {})}, ckpt_path)
+                             "step": step, "rng": rng, "torch_rng": torch.get_rng_state(),
+                             **({"companion": companion.state_dict()} if companion is not None else {})}, ckpt_path)
             with log_path.open("a") as fh:
                 fh.write(json.dumps({"stage": run_stage, "step": step,
                                      "loss": float(np.mean(losses[-100:])) if losses else None,
