@@ -1,23 +1,24 @@
+from pathlib import Path
+
 import pytest
 import torch
 
-from streamer.models.embedded import atomic_save
-from streamer.models.embedded.atomic_save import save_atomically
+from streamer.engine_factory import tiny_embedded
+from streamer.models.embedded import model as model_module
+from streamer.models.embedded.atomic_save import save_atomically, write_atomically
+from streamer.models.embedded.model import EmbeddedModel
 
 
-def test_a_save_that_fails_midway_leaves_the_previous_checkpoint_whole(tmp_path, monkeypatch):
+def dies_midway(tmp):
+    tmp.write_bytes(b"trunc")  # what a killed write leaves behind
+    raise KeyboardInterrupt
+
+
+def test_a_write_that_fails_midway_leaves_the_previous_file_whole(tmp_path):
     path = tmp_path / "dit.pt"
     save_atomically({"step": 1}, path)
-
-    def dies_midway(obj, f):
-        with open(f, "wb") as fh:
-            fh.write(b"trunc")  # what a killed write leaves behind
-        raise KeyboardInterrupt
-
-    monkeypatch.setattr(atomic_save.torch, "save", dies_midway)
     with pytest.raises(KeyboardInterrupt):
-        save_atomically({"step": 2}, path)
-    monkeypatch.undo()
+        write_atomically(path, dies_midway)
     assert torch.load(path, weights_only=False) == {"step": 1}
     assert [p.name for p in tmp_path.iterdir()] == ["dit.pt"]  # no temporary left over
 
@@ -27,3 +28,15 @@ def test_a_whole_save_replaces_the_checkpoint(tmp_path):
     save_atomically({"step": 1}, path)
     save_atomically({"step": 2}, path)
     assert torch.load(path, weights_only=False) == {"step": 2}
+
+
+def test_exported_weights_killed_midway_still_load_as_the_previous_export(tmp_path, monkeypatch):
+    before = tiny_embedded(seed=0)
+    before.save(tmp_path)
+    monkeypatch.setattr(model_module, "save_file", lambda state, name: dies_midway(Path(name)))
+    with pytest.raises(KeyboardInterrupt):
+        tiny_embedded(seed=1).save(tmp_path)
+    loaded = EmbeddedModel.load(tmp_path).state_dict()
+    for k, v in before.state_dict().items():
+        torch.testing.assert_close(loaded[k], v.half().to(v.dtype))
+    assert not [p for p in tmp_path.iterdir() if p.suffix == ".tmp"]

@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
-from .atomic_save import save_atomically
+from .atomic_save import save_atomically, write_text_atomically
 from .autoencoder import Autoencoder, to_unit
 from .config import EmbeddedConfig
 from .grow import grown_decoder
@@ -112,7 +112,7 @@ def finetune_autoencoder(export: Path, run: Path, steps: int, seed: int, minutes
     what = "decoder" if decoder_only else "autoencoder (encoder too: train the DiT on the new latents next)"
     print(f"{what} fine-tune: held-out PSNR {before:.2f} -> {after:.2f} dB", flush=True)
     model.save(export)
-    (export / "ae_eval.json").write_text(json.dumps({"psnr_db": after, "latent_std": z_std}) + "\n")
+    write_text_atomically(export / "ae_eval.json", json.dumps({"psnr_db": after, "latent_std": z_std}) + "\n")
 
 
 @torch.no_grad()

@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .atomic_save import write_text_atomically
+
 
 class ConfigError(ValueError):
     """A config file is missing, malformed, or does not match the weights."""
@@ -118,7 +120,7 @@ class EmbeddedConfig:
         return build(cls, data, "")
 
     def save(self, path: Path) -> None:
-        path.write_text(json.dumps(self.to_dict(), indent=2) + "\n")
+        write_text_atomically(path, json.dumps(self.to_dict(), indent=2) + "\n")
 
     @classmethod
     def load(cls, path: Path) -> EmbeddedConfig:

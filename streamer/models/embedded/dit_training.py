@@ -15,7 +15,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from .atomic_save import save_atomically
+from .atomic_save import save_atomically, write_text_atomically
 from .binding import BIND_PROMPTS, binding_loss
 from .config import EmbeddedConfig, differing_fields
 from .dit import CausalDiT
@@ -232,5 +232,5 @@ def train_dit(model: EmbeddedModel, run: Path, steps: int, batch: int, seed: int
 def export_weights(model: EmbeddedModel, ema: CausalDiT, export: Path, record: dict) -> EmbeddedModel:
     shipped = EmbeddedModel(model.cfg, ae=model.ae, dit=copy.deepcopy(ema))
     shipped.save(export)
-    (export / "dit_step.json").write_text(json.dumps(record) + "\n")
+    write_text_atomically(export / "dit_step.json", json.dumps(record) + "\n")
     return shipped

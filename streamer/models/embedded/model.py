@@ -29,6 +29,7 @@ from ..compiled import check_compile_backend
 from ..device import resolve_device
 from ..precision import DTYPES, autocast, check_precision
 from . import vocab
+from .atomic_save import write_atomically
 from .autoencoder import Autoencoder, to_uint8
 from .config import ConfigError, EmbeddedConfig
 from .dit import BlockRunner, CausalDiT, rotate
@@ -174,7 +175,7 @@ class EmbeddedModel:
             raise ValueError(f"save() needs an fp32 model: this {self.precision} model's weights are rounded")
         directory.mkdir(parents=True, exist_ok=True)
         state = {k: v.to(dtype) if v.is_floating_point() else v for k, v in self.state_dict().items()}
-        save_file(state, str(directory / "embedded.safetensors"))
+        write_atomically(directory / "embedded.safetensors", lambda tmp: save_file(state, str(tmp)))
         self.cfg.save(directory / "embedded.json")
 
     # -- the model contract -------------------------------------------------------------------
