@@ -98,6 +98,23 @@ def test_resuming_from_the_checkpoint_continues_both_random_streams(tmp_path):
         torch.testing.assert_close(a[name], b[name], rtol=0, atol=0, msg=name)
 
 
+def test_stop_at_pauses_the_run_in_the_same_learning_rate_schedule(tmp_path):
+    from safetensors.torch import load_file
+
+    tiny_run(tmp_path / "straight", "run", 4, "--cooldown-steps", "4", "--lr", "1e-3")
+    tiny_run(tmp_path / "paused", "run", 4, "--cooldown-steps", "4", "--lr", "1e-3", "--stop-at", "2")
+    paused = tmp_path / "paused"
+    assert json.loads((paused / "export" / "dit_step.json").read_text())["step"] == 2
+    opt = torch.load(paused / "run" / "dit.pt", weights_only=False)["opt"]
+    # The last step taken (index 1) ran at 4 steps' cool-down, factor 3/4, not 2 steps' 1/2.
+    assert opt["param_groups"][0]["lr"] == pytest.approx(1e-3 * (2 / 200) * (3 / 4))
+    tiny_run(tmp_path / "paused", "run", 4, "--cooldown-steps", "4", "--lr", "1e-3")
+    a = load_file(tmp_path / "straight" / "export" / "embedded.safetensors")
+    b = load_file(paused / "export" / "embedded.safetensors")
+    for name in a:
+        torch.testing.assert_close(a[name], b[name], rtol=0, atol=0, msg=name)
+
+
 def test_cooldown_brings_the_learning_rate_down_to_the_last_step(tmp_path):
     tiny_run(tmp_path, "run", 4, "--cooldown-steps", "4", "--lr", "1e-3")
     opt = torch.load(tmp_path / "run" / "dit.pt", weights_only=False)["opt"]

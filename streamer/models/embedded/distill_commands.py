@@ -82,7 +82,8 @@ def distill_guidance(args: argparse.Namespace) -> None:
     model = EmbeddedModel(cfg, ae=teacher.ae, dit=copy.deepcopy(init.dit).requires_grad_(True))
     train_dit(model, args.run_dir, args.dit_steps, args.batch, args.seed, args.ckpt_minutes, args.export, args.lr,
               args.cooldown_steps, lambda net, data: guidance_distill_loss(net, teacher.dit, data, cfg, scale, args.recycle),
-              {"stage": "guidance-distill", "teacher_step": teacher_step, "guidance_scale": scale, **data_record(args)})
+              {"stage": "guidance-distill", "teacher_step": teacher_step, "guidance_scale": scale, **data_record(args)},
+              stop_at=args.stop_at)
 
 
 def distill_steps(args: argparse.Namespace) -> None:
@@ -105,7 +106,7 @@ def distill_steps(args: argparse.Namespace) -> None:
               args.cooldown_steps,
               lambda net, data: step_distill_loss(net, teacher.dit, data, cfg, scale, grids, args.recycle, rollout),
               {"stage": "step-distill", "teacher_step": teacher_step, "guidance_scale": scale,
-               "teacher_steps": 2 * steps, **data_record(args)})
+               "teacher_steps": 2 * steps, **data_record(args)}, stop_at=args.stop_at)
 
 
 def distill_dmd(args: argparse.Namespace) -> None:
@@ -125,4 +126,4 @@ def distill_dmd(args: argparse.Namespace) -> None:
               args.cooldown_steps, loss,
               {"stage": "dmd", "teacher_step": teacher_step, "guidance_scale": scale,
                "critic_every": args.critic_every, **data_record(args)},
-              companion=loss, ema_max=DMD_EMA, encode=False)
+              companion=loss, ema_max=DMD_EMA, encode=False, stop_at=args.stop_at)

@@ -135,8 +135,11 @@ def train_dit(model: EmbeddedModel, run: Path, steps: int, batch: int, seed: int
               minutes_per_ckpt: float, export: Path, lr: float, cooldown: int = 0,
               loss_fn: Callable[[CausalDiT, dict[str, torch.Tensor]], torch.Tensor | None] | None = None,
               record: dict | None = None, companion: Companion | None = None, ema_max: float = 0.999,
-              encode: bool = True) -> None:
+              encode: bool = True, stop_at: int | None = None) -> None:
     """Train `model.dit` with `loss_fn` (default: flow matching, `dit_loss`), resumable from `run`.
+
+    `stop_at` checkpoints and stops at that step, short of `steps`, whose learning-rate schedule
+    (the cool-down) stays the same: one work session's share of a run that spans several.
 
     `record` is written into the exported dit_step.json beside the step (what the run was); its
     `two_objects` (`data_record`) is also the share of story clips with two objects it trains on.
@@ -190,7 +193,8 @@ def train_dit(model: EmbeddedModel, run: Path, steps: int, batch: int, seed: int
     last_ckpt, t_start = time.monotonic(), time.monotonic()
     bar = tqdm(total=steps, initial=step, desc="dit", dynamic_ncols=True)
     losses: list[float] = []
-    while step < steps:
+    end = steps if stop_at is None else min(stop_at, steps)
+    while step < end:
         data = sampler.sample(batch)
         warm = min(1.0, (step - fresh_opt_step + 1) / 200)
         # Warmup-stable-decay: a linear cool-down over the last `cooldown` steps lands the weights
@@ -213,7 +217,7 @@ def train_dit(model: EmbeddedModel, run: Path, steps: int, batch: int, seed: int
         bar.update(1)
         if step % 10 == 0 and losses:
             bar.set_postfix(loss=f"{np.mean(losses[-50:]):.4f}")
-        if time.monotonic() - last_ckpt > 60 * minutes_per_ckpt or step == steps:
+        if time.monotonic() - last_ckpt > 60 * minutes_per_ckpt or step == end:
             save_atomically({"dit": dit.state_dict(), "ema": ema.state_dict(), "opt": opt.state_dict(),
                              "step": step, "rng": rng, "torch_rng": torch.get_rng_state(),
                              **({"companion": companion.state_dict()} if companion is not None else {})}, ckpt_path)

@@ -62,6 +62,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--ckpt-minutes", type=float, default=3.0)
     ap.add_argument("--cooldown-steps", type=int, default=0,
                     help="the learning rate falls linearly to zero over the last N of --dit-steps")
+    ap.add_argument("--stop-at", type=positive_int, default=None, metavar="STEP",
+                    help="checkpoint and stop at STEP, short of --dit-steps, whose learning-rate schedule stays: "
+                         "one session's share of a run that spans several")
     ap.add_argument("--decoder-steps", type=int, default=0,
                     help="instead of training: fine-tune the decoder of the model in --export for N steps "
                          "(encoder frozen, so the DiT needs no retraining) and save it back, at --lr (cosine)")
@@ -166,7 +169,8 @@ def main(argv: list[str] | None = None) -> None:
     torch.manual_seed(args.seed)
     model.dit = CausalDiT(cfg.dit)
     train_dit(model, args.run_dir, args.dit_steps, args.batch, args.seed, args.ckpt_minutes, args.export, args.lr,
-              args.cooldown_steps, lambda net, data: dit_loss(net, data, cfg, args.recycle, args.bind), data_record(args) or None)
+              args.cooldown_steps, lambda net, data: dit_loss(net, data, cfg, args.recycle, args.bind), data_record(args) or None,
+              stop_at=args.stop_at)
 
 
 if __name__ == "__main__":
