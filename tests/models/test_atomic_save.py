@@ -1,11 +1,13 @@
 from pathlib import Path
 
+import shutil
+
 import pytest
 import torch
 
 from streamer.engine_factory import tiny_embedded
 from streamer.models.embedded import model as model_module
-from streamer.models.embedded.atomic_save import save_atomically, write_atomically
+from streamer.models.embedded.atomic_save import copy_atomically, save_atomically, write_atomically
 from streamer.models.embedded.model import EmbeddedModel
 
 
@@ -40,3 +42,18 @@ def test_exported_weights_killed_midway_still_load_as_the_previous_export(tmp_pa
     for k, v in before.state_dict().items():
         torch.testing.assert_close(loaded[k], v.half().to(v.dtype))
     assert not [p for p in tmp_path.iterdir() if p.suffix == ".tmp"]
+
+
+def test_a_copy_into_the_shipped_folder_killed_midway_leaves_the_shipped_file(tmp_path, monkeypatch):
+    # The recipe's last act copies the student over the package's shipped weights.
+    shipped, student = tmp_path / "embedded.safetensors", tmp_path / "student.safetensors"
+    shipped.write_bytes(b"shipped")
+    student.write_bytes(b"student")
+    monkeypatch.setattr(shutil, "copyfile", lambda source, dest: dies_midway(Path(dest)))
+    with pytest.raises(KeyboardInterrupt):
+        copy_atomically(student, shipped)
+    assert shipped.read_bytes() == b"shipped"
+    monkeypatch.undo()
+    copy_atomically(student, shipped)
+    assert shipped.read_bytes() == b"student"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["embedded.safetensors", "student.safetensors"]

@@ -1,9 +1,11 @@
 """Files written so that a job killed mid-write (every background job at a session's end) leaves
-the previous whole file: run checkpoints, exported weights and their JSON records."""
+the previous whole file: run checkpoints, exported weights and their JSON records, and the
+recipe's copies into the shipped folders."""
 
 from __future__ import annotations
 
 import os
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 
@@ -29,3 +31,7 @@ def save_atomically(obj: object, path: Path) -> None:
 
 def write_text_atomically(path: Path, text: str) -> None:
     write_atomically(path, lambda tmp: tmp.write_text(text))
+
+
+def copy_atomically(source: Path, path: Path) -> None:
+    write_atomically(path, lambda tmp: shutil.copyfile(source, tmp))

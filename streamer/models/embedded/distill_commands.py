@@ -11,7 +11,7 @@ from pathlib import Path
 
 from .config import EmbeddedConfig, differing_fields
 from .distill import guidance_distill_loss, halving_grids, step_distill_loss, teacher_problem
-from .dit_training import train_dit
+from .dit_training import Schedule, train_dit
 from .dmd import DMD_EMA, DistributionMatching
 from .model import EmbeddedModel
 from .self_rollout import SelfRollout
@@ -63,6 +63,12 @@ def student_cfg(args: argparse.Namespace, init: EmbeddedModel) -> EmbeddedConfig
     return dataclasses.replace(init.cfg, context_noise=args.context_noise)
 
 
+def run_schedule(args: argparse.Namespace) -> Schedule:
+    """The run's dirs, length, rate and pace from train.py's flags."""
+    return Schedule(args.run_dir, args.export, args.dit_steps, args.lr, args.cooldown_steps, args.stop_at,
+                    args.batch, args.seed, args.ckpt_minutes)
+
+
 def data_record(args: argparse.Namespace) -> dict[str, float]:
     """The run's error-recycling, two-object and self-rollout shares and its binding weight for its
     exported record (each only when it is not the default)."""
@@ -80,10 +86,8 @@ def distill_guidance(args: argparse.Namespace) -> None:
     cfg = dataclasses.replace(student_cfg(args, init), guidance_scale=1.0, guidance_min_t=0.0,
                               distilled_guidance_scale=scale)
     model = EmbeddedModel(cfg, ae=teacher.ae, dit=copy.deepcopy(init.dit).requires_grad_(True))
-    train_dit(model, args.run_dir, args.dit_steps, args.batch, args.seed, args.ckpt_minutes, args.export, args.lr,
-              args.cooldown_steps, lambda net, data: guidance_distill_loss(net, teacher.dit, data, cfg, scale, args.recycle),
-              {"stage": "guidance-distill", "teacher_step": teacher_step, "guidance_scale": scale, **data_record(args)},
-              stop_at=args.stop_at)
+    train_dit(model, run_schedule(args), lambda net, data: guidance_distill_loss(net, teacher.dit, data, cfg, scale, args.recycle),
+              {"stage": "guidance-distill", "teacher_step": teacher_step, "guidance_scale": scale, **data_record(args)})
 
 
 def distill_steps(args: argparse.Namespace) -> None:
@@ -102,11 +106,10 @@ def distill_steps(args: argparse.Namespace) -> None:
     model = EmbeddedModel(cfg, ae=teacher.ae, dit=copy.deepcopy(init.dit).requires_grad_(True))
     grids = halving_grids(model.spec.schedule(steps), teacher.spec.schedule(2 * steps))
     rollout = SelfRollout(model, args.self_rollout) if args.self_rollout else None  # model.dit is the trained net
-    train_dit(model, args.run_dir, args.dit_steps, args.batch, args.seed, args.ckpt_minutes, args.export, args.lr,
-              args.cooldown_steps,
+    train_dit(model, run_schedule(args),
               lambda net, data: step_distill_loss(net, teacher.dit, data, cfg, scale, grids, args.recycle, rollout),
               {"stage": "step-distill", "teacher_step": teacher_step, "guidance_scale": scale,
-               "teacher_steps": 2 * steps, **data_record(args)}, stop_at=args.stop_at)
+               "teacher_steps": 2 * steps, **data_record(args)})
 
 
 def distill_dmd(args: argparse.Namespace) -> None:
@@ -122,8 +125,7 @@ def distill_dmd(args: argparse.Namespace) -> None:
     model = EmbeddedModel(cfg, ae=teacher.ae, dit=copy.deepcopy(init.dit).requires_grad_(True))
     loss = DistributionMatching(model, teacher.dit, scale, copy.deepcopy(critic.dit), args.critic_lr or args.lr,
                                 args.critic_every)
-    train_dit(model, args.run_dir, args.dit_steps, args.batch, args.seed, args.ckpt_minutes, args.export, args.lr,
-              args.cooldown_steps, loss,
+    train_dit(model, run_schedule(args), loss,
               {"stage": "dmd", "teacher_step": teacher_step, "guidance_scale": scale,
                "critic_every": args.critic_every, **data_record(args)},
-              companion=loss, ema_max=DMD_EMA, encode=False, stop_at=args.stop_at)
+              companion=loss, ema_max=DMD_EMA, encode=False)

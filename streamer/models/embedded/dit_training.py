@@ -8,6 +8,7 @@ import copy
 import json
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
@@ -131,15 +132,29 @@ class Companion(Protocol):
     def log_fields(self) -> dict[str, float]: ...
 
 
-def train_dit(model: EmbeddedModel, run: Path, steps: int, batch: int, seed: int,
-              minutes_per_ckpt: float, export: Path, lr: float, cooldown: int = 0,
+@dataclass(frozen=True)
+class Schedule:
+    """Where a DiT run lives and what it steps through (train.py's run flags, `run_schedule`)."""
+
+    run: Path  # checkpoint, loss log and sample sheets; the run resumes from here
+    export: Path  # the EMA weights, exported at every checkpoint (and warm-started from)
+    steps: int  # the learning-rate schedule's length: its cool-down ends here
+    lr: float
+    cooldown: int  # a linear cool-down over the last `cooldown` steps (0: none)
+    # Checkpoint and stop here, short of `steps`, whose schedule (the cool-down) stays the same:
+    # one work session's share of a run that spans several. None: run to `steps`.
+    stop_at: int | None
+    batch: int
+    seed: int
+    minutes_per_ckpt: float
+
+
+def train_dit(model: EmbeddedModel, schedule: Schedule,
               loss_fn: Callable[[CausalDiT, dict[str, torch.Tensor]], torch.Tensor | None] | None = None,
               record: dict | None = None, companion: Companion | None = None, ema_max: float = 0.999,
-              encode: bool = True, stop_at: int | None = None) -> None:
-    """Train `model.dit` with `loss_fn` (default: flow matching, `dit_loss`), resumable from `run`.
-
-    `stop_at` checkpoints and stops at that step, short of `steps`, whose learning-rate schedule
-    (the cool-down) stays the same: one work session's share of a run that spans several.
+              encode: bool = True) -> None:
+    """Train `model.dit` with `loss_fn` (default: flow matching, `dit_loss`) through `schedule`,
+    resumable from its run dir.
 
     `record` is written into the exported dit_step.json beside the step (what the run was); its
     `two_objects` (`data_record`) is also the share of story clips with two objects it trains on.
@@ -148,6 +163,7 @@ def train_dit(model: EmbeddedModel, run: Path, steps: int, batch: int, seed: int
     then stay as they are. `encode=False`: the loss reads no real latents (ClipSampler).
     """
     cfg, dit = model.cfg, model.dit
+    run, export, steps, lr, cooldown = schedule.run, schedule.export, schedule.steps, schedule.lr, schedule.cooldown
     run_stage = (record or {}).get("stage", BASE_STAGE)
     if loss_fn is None:
         def loss_fn(net: CausalDiT, data: dict[str, torch.Tensor]) -> torch.Tensor:
@@ -182,7 +198,7 @@ def train_dit(model: EmbeddedModel, run: Path, steps: int, batch: int, seed: int
         ema.load_state_dict(shipped.dit.state_dict())
         step = fresh_opt_step = shipped_record["step"]
     if ck is None:
-        rng = data_streams(seed, step)
+        rng = data_streams(schedule.seed, step)
     else:  # both streams go on where the checkpoint left them
         rng = ck["rng"]
         if "torch_rng" in ck:  # checkpoints before session 16 did not keep the noise stream
@@ -193,9 +209,9 @@ def train_dit(model: EmbeddedModel, run: Path, steps: int, batch: int, seed: int
     last_ckpt, t_start = time.monotonic(), time.monotonic()
     bar = tqdm(total=steps, initial=step, desc="dit", dynamic_ncols=True)
     losses: list[float] = []
-    end = steps if stop_at is None else min(stop_at, steps)
+    end = steps if schedule.stop_at is None else min(schedule.stop_at, steps)
     while step < end:
-        data = sampler.sample(batch)
+        data = sampler.sample(schedule.batch)
         warm = min(1.0, (step - fresh_opt_step + 1) / 200)
         # Warmup-stable-decay: a linear cool-down over the last `cooldown` steps lands the weights
         # in a lower loss than the constant rate's noise floor; a later run warms up again from them.
@@ -217,7 +233,7 @@ def train_dit(model: EmbeddedModel, run: Path, steps: int, batch: int, seed: int
         bar.update(1)
         if step % 10 == 0 and losses:
             bar.set_postfix(loss=f"{np.mean(losses[-50:]):.4f}")
-        if time.monotonic() - last_ckpt > 60 * minutes_per_ckpt or step == end:
+        if time.monotonic() - last_ckpt > 60 * schedule.minutes_per_ckpt or step == end:
             save_atomically({"dit": dit.state_dict(), "ema": ema.state_dict(), "opt": opt.state_dict(),
                              "step": step, "rng": rng, "torch_rng": torch.get_rng_state(),
                              **({"companion": companion.state_dict()} if companion is not None else {})}, ckpt_path)

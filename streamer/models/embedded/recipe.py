@@ -39,12 +39,12 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import shutil
 from pathlib import Path
 from typing import NamedTuple
 
 from ...argtypes import positive_int
 from . import train
+from .atomic_save import copy_atomically, write_text_atomically
 from .config import EmbeddedConfig
 from .grow import grown_dit
 from .model import SHIPPED_WEIGHTS, EmbeddedModel
@@ -117,7 +117,7 @@ def start_from(export: Path, source: Path, depth: int | None, seed: int) -> None
         return
     export.mkdir(parents=True, exist_ok=True)
     for f in WEIGHT_FILES:
-        shutil.copyfile(source / f, export / f)  # dit_step.json: the run goes on from the source's step
+        copy_atomically(source / f, export / f)  # dit_step.json: the run goes on from the source's step
     if depth is not None:
         grown_dit(EmbeddedModel.load(export), depth, seed).save(export)
 
@@ -170,11 +170,11 @@ def main(argv: list[str] | None = None) -> None:
     student = args.run_dir / stages[-1].name / "export"
     args.export.mkdir(parents=True, exist_ok=True)
     for f in WEIGHT_FILES:
-        shutil.copyfile(student / f, args.export / f)
+        copy_atomically(student / f, args.export / f)
     cfg = EmbeddedConfig.load(args.export / "embedded.json")
     dataclasses.replace(cfg, context_noise=CONTEXT_NOISE).save(args.export / "embedded.json")
-    shutil.copyfile(args.run_dir / "teacher" / "ae_eval.json", args.export / "ae_eval.json")
-    (args.export / "training_log.jsonl").write_text(merged_log(args.run_dir, stages))
+    copy_atomically(args.run_dir / "teacher" / "ae_eval.json", args.export / "ae_eval.json")
+    write_text_atomically(args.export / "training_log.jsonl", merged_log(args.run_dir, stages))
     record = json.loads((student / "dit_step.json").read_text())
     print(f"recipe done: {args.export} ({record['stage']} step {record['step']}, "
           f"teacher step {record['teacher_step']})", flush=True)

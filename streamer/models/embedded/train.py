@@ -38,9 +38,10 @@ from pathlib import Path
 import torch
 
 from ...argtypes import non_negative, positive_int, share, unit_interval
+from .atomic_save import write_text_atomically
 from .autoencoder_training import evaluate_autoencoder, finetune_autoencoder, train_autoencoder
 from .config import EmbeddedConfig
-from .distill_commands import data_record, distill_dmd, distill_guidance, distill_steps
+from .distill_commands import data_record, distill_dmd, distill_guidance, distill_steps, run_schedule
 from .dit import CausalDiT
 from .dit_training import dit_loss, train_dit
 from .grow import grown_dit
@@ -164,13 +165,12 @@ def main(argv: list[str] | None = None) -> None:
     if cfg.latent_scale == 1.0:
         cfg = EmbeddedConfig.from_dict({**cfg.to_dict(), "latent_scale": 1.0 / z_std})
     print(f"autoencoder: held-out PSNR {ae_psnr:.2f} dB, latent std {z_std:.3f}", flush=True)
-    (args.run_dir / "ae_eval.json").write_text(json.dumps({"psnr_db": ae_psnr, "latent_std": z_std}) + "\n")
+    write_text_atomically(args.run_dir / "ae_eval.json", json.dumps({"psnr_db": ae_psnr, "latent_std": z_std}) + "\n")
     model = EmbeddedModel(cfg, ae=ae)
     torch.manual_seed(args.seed)
     model.dit = CausalDiT(cfg.dit)
-    train_dit(model, args.run_dir, args.dit_steps, args.batch, args.seed, args.ckpt_minutes, args.export, args.lr,
-              args.cooldown_steps, lambda net, data: dit_loss(net, data, cfg, args.recycle, args.bind), data_record(args) or None,
-              stop_at=args.stop_at)
+    train_dit(model, run_schedule(args), lambda net, data: dit_loss(net, data, cfg, args.recycle, args.bind),
+              data_record(args) or None)
 
 
 if __name__ == "__main__":
