@@ -1,6 +1,5 @@
-from pathlib import Path
-
 import shutil
+from pathlib import Path
 
 import pytest
 import torch
