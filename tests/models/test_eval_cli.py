@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from streamer.cli import main as streamer_main
+from streamer.models.embedded.evaluate_cli import paired_drift
 
 CONTRACT = ("prompt_adherence", "motion_accuracy", "action_response_frames", "avatar_mouth_corr",
             "redirect_chunks", "drift_points", "fps_single", "frame_size")
@@ -19,7 +20,7 @@ def test_quick_eval_prints_contract_json(capsys):
     res = json.loads(last)
     for key in CONTRACT:
         assert key in res, key
-    assert res["drift_points"] is None  # quick mode skips the long rollout
+    assert res["drift_points"] is None and res["drift_stderr_points"] is None  # quick mode skips the long rollout
     assert res["frame_size"] == [128, 128]
     assert (res["weights"], res["depth"]) == ("embedded", 8)  # the default size
     assert res["device"] == "cpu"
@@ -58,3 +59,11 @@ def test_eval_bad_guidance_exits_2(capsys):
     out, err = capsys.readouterr()
     assert "streamer eval: error:" in err and "guidance needs scale > 0" in err
     assert out == ""
+
+
+def test_drift_is_the_mean_of_each_clips_change_with_its_standard_error():
+    # Per clip, in points: -50, 0, +100, 0. Paired: a clip that starts wrong and stays wrong adds nothing.
+    res = paired_drift(early=[1.0, 1.0, 0.0, 0.5], late=[0.5, 1.0, 1.0, 0.5])
+    assert res["drift_points"] == pytest.approx(12.5)
+    assert res["drift_stderr_points"] == pytest.approx((11875 / 3) ** 0.5 / 2)  # sample sd over sqrt(4)
+    assert paired_drift([0.2], [0.7]) == {"drift_points": pytest.approx(50.0), "drift_stderr_points": None}

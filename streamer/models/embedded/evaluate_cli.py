@@ -2,7 +2,8 @@
 
 Prints a table, and with `--json` a last line that dashboards read:
 `prompt_adherence`, `motion_accuracy`, `action_response_frames` (p90), `avatar_mouth_corr`,
-`redirect_chunks` (p90), `drift_points` (null in --quick), `fps_single`, `frame_size`.
+`redirect_chunks` (p90), `drift_points` (null in --quick), `fps_single`, `frame_size`; beside
+`drift_points`, its standard error over the rollouts, `drift_stderr_points`.
 `autoencoder_*` score rendered clips through the autoencoder alone: the ceiling of the story
 figures. `--quick` runs in under a minute; the full run adds the drift rollouts (2100 frames, 8 clips) and the
 per-step time of batches of 1..16 streams.
@@ -127,19 +128,28 @@ def eval_autoencoder(model: EmbeddedModel, rng: np.random.Generator, n: int, fra
 
 
 def eval_drift(model: EmbeddedModel, rng: np.random.Generator, steps: int | None, sampler: str,
-               n: int = 8, frames: int = 2100) -> float:
+               n: int = 8, frames: int = 2100) -> dict[str, float | None]:
     """Adherence over frames 2000-2100 minus over 0-100, in points (negative = got worse), over `n` clips.
 
     One clip's 100-frame windows are a handful of objects, each seen or not: with 2 clips the
     same weights read -3.5, +23.5 and -8.5 points on three seeds (session 13), so the default
-    is 8 clips, rolled out as one batch.
+    is 8 clips, rolled out as one batch. Even 8 swing by ±10 between seeds, so the figure comes
+    with its standard error (`paired_drift`): an A/B read of drift is only as good as that.
     """
     f = model.spec.frames_per_chunk
     scripts, specs = story_scripts(rng, n, frames // f, f)
     out = rollout(model, scripts, steps, int(rng.integers(1 << 30)), sampler).frames
-    early = np.mean([ev.score_story(o[:100], s)["adherence"] for o, s in zip(out, specs, strict=True)])
-    late = np.mean([ev.score_story(o[2000:2100], s)["adherence"] for o, s in zip(out, specs, strict=True)])
-    return float(100 * (late - early))
+    early = [ev.score_story(o[:100], s)["adherence"] for o, s in zip(out, specs, strict=True)]
+    late = [ev.score_story(o[2000:2100], s)["adherence"] for o, s in zip(out, specs, strict=True)]
+    return paired_drift(early, late)
+
+
+def paired_drift(early: list[float], late: list[float]) -> dict[str, float | None]:
+    """Each clip's late-minus-early adherence, in points: their mean (`drift_points`) and its
+    standard error over clips (`drift_stderr_points`; None from one clip, which has no spread)."""
+    d = 100 * (np.asarray(late, dtype=float) - np.asarray(early, dtype=float))
+    return {"drift_points": float(d.mean()),
+            "drift_stderr_points": float(d.std(ddof=1) / np.sqrt(d.size)) if d.size > 1 else None}
 
 
 def speed(model: EmbeddedModel, steps: int | None, sampler: str, batches: tuple[int, ...]) -> dict:
@@ -213,7 +223,8 @@ def main(argv: list[str] | None = None) -> int:
     res.update(eval_game(model, rng, max(2, n // 2), chunks * 2, args.steps, args.sampler))
     res.update(eval_avatar(model, rng, max(2, n // 2), chunks, args.steps, args.sampler))
     res.update(eval_redirect(model, rng, n, chunks, args.steps, args.sampler))
-    res["drift_points"] = None if args.quick else eval_drift(model, rng, args.steps, args.sampler, args.drift_clips)
+    res.update({"drift_points": None, "drift_stderr_points": None} if args.quick
+               else eval_drift(model, rng, args.steps, args.sampler, args.drift_clips))
     res["drift_clips"] = None if args.quick else args.drift_clips
     res.update(eval_autoencoder(model, rng, n))  # after the rollouts, whose clips it leaves as they were
     sp = speed(model, args.steps, args.sampler, (1,) if args.quick else (1, 2, 4, 8, 16))
