@@ -5,8 +5,8 @@ Prints a table, and with `--json` a last line that dashboards read:
 `redirect_chunks` (p90), `drift_points` (null in --quick), `fps_single`, `frame_size`; beside
 `drift_points`, its standard error over the rollouts, `drift_stderr_points`.
 `autoencoder_*` score rendered clips through the autoencoder alone: the ceiling of the story
-figures. `--quick` runs in under a minute; the full run adds the drift rollouts (2100 frames, 8 clips) and the
-per-step time of batches of 1..16 streams.
+figures. `--quick` runs in under a minute; the full run adds the drift rollouts (2100 frames,
+`--drift-clips` of them, 8 by default) and the per-step time of batches of 1..16 streams.
 """
 
 from __future__ import annotations
