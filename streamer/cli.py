@@ -23,8 +23,8 @@ def _serve_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8000)
     p.add_argument("--model", default="embedded",
-                   help="embedded (default: the shipped 8-block model, real time on a 2-core CPU), embedded-large "
-                        "(the shipped 12-block one: better pictures, about 0.7x the frame rate) or wan-causal "
+                   help="embedded (default: the shipped 6-block wide model, real time on a 2-core CPU), embedded-large "
+                        "(the earlier 12-block one: slower, and below the default in every quality figure) or wan-causal "
                         "(a local checkpoint folder in --weights; docs/wan.md)")  # fmt: skip
     p.add_argument("--config", help="model/engine config file")
     p.add_argument("--weights", help="weights file (default: the shipped ones)")

@@ -10,6 +10,7 @@ from safetensors.torch import save_file
 from streamer.engine_factory import MODELS, build_model, tiny_embedded
 from streamer.models.embedded.config import ConfigError
 from streamer.models.embedded.model import SHIPPED_WEIGHTS, WEIGHTS_DIR, EmbeddedModel
+from streamer.models.embedded.recipe import WIDE
 
 
 def saved_tiny(tmp_path: Path) -> Path:
@@ -73,7 +74,9 @@ def test_shipped_weights_load():
 def test_both_shipped_sizes_load_by_model_name_and_share_the_autoencoder():
     default, large = build_model("embedded", None, None), build_model("embedded-large", None, None)
     assert {"embedded", "embedded-large"} <= set(MODELS) and set(SHIPPED_WEIGHTS) == {"embedded", "embedded-large"}
-    assert (default.cfg.dit.depth, large.cfg.dit.depth) == (8, 12)
+    # The default is the recipe's wide shape (6 blocks at width 192), the large size 12 blocks at 128.
+    assert (default.cfg.dit.dim, default.cfg.dit.heads, default.cfg.dit.depth) == WIDE
+    assert (large.cfg.dit.dim, large.cfg.dit.depth) == (128, 12)
     # Both students come from one teacher line, so one latent space: the same autoencoder.
     for key, value in default.ae.state_dict().items():
         assert torch.equal(large.ae.state_dict()[key], value), key
@@ -81,4 +84,4 @@ def test_both_shipped_sizes_load_by_model_name_and_share_the_autoencoder():
         assert (model.cfg.guidance_scale, model.cfg.distilled_guidance_scale, model.cfg.context_noise) == (1.0, 2.0, 0.2)
         assert model.spec.default_steps == 4
     # --weights still wins over the size's own folder.
-    assert build_model("embedded-large", None, str(WEIGHTS_DIR)).cfg.dit.depth == 8
+    assert build_model("embedded-large", None, str(WEIGHTS_DIR)).cfg.dit.depth == WIDE[2]

@@ -36,9 +36,9 @@ from .dit import BlockRunner, CausalDiT, rotate
 
 WEIGHTS_DIR = Path(__file__).parent / "weights"
 # The shipped sizes, by the model name `streamer serve --model` and `streamer eval --model` take:
-# the 8-block student (the default: real time on a 2-core CPU, more sessions a core) and the
-# 12-block one (7 points more prompt adherence over 152 clips, at about 0.7x the frame rate;
-# docs/model.md, "Two shipped sizes").
+# the wide 6-block student (the default since session 37: real time on a 2-core CPU) and the
+# earlier 12-block one (about 0.7x the frame rate of the 8-block default it was read against;
+# below the wide default in every quality figure: docs/model.md, "The wide default").
 SHIPPED_WEIGHTS = {"embedded": WEIGHTS_DIR, "embedded-large": Path(__file__).parent / "weights-large"}
 BOS = len(vocab.WORDS) + 1  # token ids: 0 padding, 1..len(WORDS) words, then BOS
 

@@ -2,23 +2,26 @@
 
 The shipped weights were made in pieces over many work sessions, by the stages of train.py
 (docs/model.md tells that history). This runs the same stages in order, from a seed, with the
-history folded into one pass. Both shipped sizes share their first two stages:
+history folded into one pass. Both shipped sizes start from one stage, so they share its
+autoencoder and latent space:
 
-1. teacher: the autoencoder (encoder and decoder together), then the DiT with flow matching,
-   guided at `guidance_scale` 2 (what `checkpoints/teacher/` holds);
-2. teacher12: that teacher grown to 12 blocks (the added ones start as the identity) and
-   trained on (`checkpoints/teacher12/`).
+1. teacher: the autoencoder (encoder and decoder together), then an 8-block DiT (the config's
+   architecture) with flow matching, guided at `guidance_scale` 2 (`checkpoints/teacher/`).
 
-`--model embedded` (the default 8-block student, `streamer/models/embedded/weights/`) then runs
-3. guidance: guidance distillation from the 12-block teacher into an 8-block student that starts
-   from stage 1's weights (one pass a step gives the guided picture, at the 8-block frame rate);
-4. steps: step distillation from the 12-block teacher, starting from stage 3's student (its 4
-   steps land where the guided teacher's 8 land).
+`--model embedded` (the default student, `streamer/models/embedded/weights/`) then runs
+2. teacher-wide: a fresh DiT of shape `WIDE` (6 blocks at width 192, 3 heads) on the teacher's
+   autoencoder, trained from step 0 by flow matching with the binding loss (`--bind 1.0`), guided
+   at 2 (`checkpoints/teacher-wide/`);
+3. guidance-wide: guidance distillation from it into a student that starts as the teacher itself
+   (one pass a step gives the guided picture);
+4. steps-wide: step distillation from it, starting from stage 3's student (its 4 steps land
+   where the guided teacher's 8 land).
 
-`--model embedded-large` (the 12-block student, `weights-large/`) instead trains the 12-block
-teacher on with error recycling (`recycle`: a share of its clips' pasts are its own estimates,
-`train --recycle`; then `recycle2` with nearly all of them), and distils both stages from that
-teacher into a student that starts as the teacher itself (`guidance12`, `steps12`).
+`--model embedded-large` (the 12-block student, `weights-large/`) instead grows the teacher to 12
+blocks (`teacher12`: the added ones start as the identity) and trains it on, then with error
+recycling (`recycle`: a share of its clips' pasts are its own estimates, `train --recycle`; then
+`recycle2` with nearly all of them), and distils both stages from that teacher into a student
+that starts as the teacher itself (`guidance12`, `steps12`).
 
 Either exported student then commits its past at flow time `CONTEXT_NOISE` (an inference setting
 chosen on the finished weights, which were distilled with a clean past: docs/model.md,
@@ -42,12 +45,31 @@ import json
 from pathlib import Path
 from typing import NamedTuple
 
+import torch
+
 from ...argtypes import positive_int
 from . import train
 from .atomic_save import copy_atomically, write_text_atomically
-from .config import EmbeddedConfig
+from .config import DiTConfig, EmbeddedConfig
+from .dit import CausalDiT
 from .grow import grown_dit
 from .model import SHIPPED_WEIGHTS, EmbeddedModel
+
+
+class Start(NamedTuple):
+    """Where a stage's weights start: stage `source`'s export with its DiT as it is, grown to
+    `depth` blocks (the added ones the identity), or replaced by a fresh one of `shape` (dim, heads,
+    depth; only the autoencoder and the rest of the config are kept, and training starts at step 0)."""
+
+    source: str
+    depth: int | None = None
+    shape: tuple[int, int, int] | None = None
+
+    def holds(self, dit: DiTConfig) -> bool:
+        """Whether a DiT of config `dit` is this start's (a folder seeded before is left as it is)."""
+        if self.shape is not None:
+            return (dit.dim, dit.heads, dit.depth) == self.shape
+        return self.depth is None or dit.depth == self.depth
 
 
 class Stage(NamedTuple):
@@ -59,28 +81,28 @@ class Stage(NamedTuple):
     flags: tuple[str, ...]
     steps: int
     cooldown: int
-    # (stage, depth): start from that stage's exported weights, their DiT grown to `depth` blocks
-    # (None: as they are).
-    start: tuple[str, int | None] | None = None
+    start: Start | None = None
 
 
 TEACHER = Stage("teacher", ("--config", "{teacher_config}", "--ae-steps", "{ae_steps}", "--lr", "3e-4"), 35000, 1200)
-TEACHER12 = Stage("teacher12", ("--lr", "2e-4"), 43000, 1000, start=("teacher", 12))
+# The default student's DiT (dim, heads, depth): the shape benchmarks/dit_shapes.py priced best
+# (docs/model.md, "A wide teacher, begun").
+WIDE = (192, 3, 6)
 # The shipped weights' figures, by the model name each size is served under.
 RECIPES: dict[str, tuple[Stage, ...]] = {
     "embedded": (
         TEACHER,
-        TEACHER12,
-        Stage("guidance", ("--distill-guidance", "{run}/teacher12/export", "--init", "{run}/teacher/export",
-                           "--lr", "1.5e-4"), 3000, 600),
-        Stage("steps", ("--distill-steps", "{run}/teacher12/export", "--init", "{run}/guidance/export",
-                        "--lr", "1e-4"), 2800, 600),
+        Stage("teacher-wide", ("--bind", "1.0", "--lr", "3e-4"), 35000, 1200, start=Start("teacher", shape=WIDE)),
+        # No --init: the student starts as its teacher.
+        Stage("guidance-wide", ("--distill-guidance", "{run}/teacher-wide/export", "--lr", "1.5e-4"), 1000, 400),
+        Stage("steps-wide", ("--distill-steps", "{run}/teacher-wide/export", "--init", "{run}/guidance-wide/export",
+                             "--lr", "1e-4"), 1200, 500),
     ),
     "embedded-large": (
         TEACHER,
-        TEACHER12,
-        Stage("recycle", ("--recycle", "0.5", "--lr", "2e-4"), 44200, 400, start=("teacher12", None)),
-        Stage("recycle2", ("--recycle", "0.99", "--lr", "2e-4"), 45700, 500, start=("recycle", None)),
+        Stage("teacher12", ("--lr", "2e-4"), 43000, 1000, start=Start("teacher", depth=12)),
+        Stage("recycle", ("--recycle", "0.5", "--lr", "2e-4"), 44200, 400, start=Start("teacher12")),
+        Stage("recycle2", ("--recycle", "0.99", "--lr", "2e-4"), 45700, 500, start=Start("recycle")),
         # No --init: the student starts as its 12-block teacher.
         Stage("guidance12", ("--distill-guidance", "{run}/recycle2/export", "--lr", "1.5e-4"), 1000, 400),
         Stage("steps12", ("--distill-steps", "{run}/recycle2/export", "--init", "{run}/guidance12/export",
@@ -108,22 +130,29 @@ def stage_argv(stage: Stage, args: argparse.Namespace, teacher_cfg: Path) -> lis
             "--ckpt-minutes", str(args.ckpt_minutes)]
 
 
-def start_from(export: Path, source: Path, depth: int | None, seed: int) -> None:
-    """Seed the folder `export` with the weights in `source` (their DiT grown to `depth` blocks,
-    unless None); a training run then warm-starts from them at the source's step. Done once: a
-    folder that already holds weights at that depth (a resumed recipe) is left as it is."""
-    if (export / "embedded.json").exists() and (
-            depth is None or EmbeddedConfig.load(export / "embedded.json").dit.depth == depth):
+def start_from(export: Path, source: Path, start: Start, seed: int) -> None:
+    """Seed the folder `export` with the weights in `source`, their DiT as `start` says; a training
+    run then warm-starts from them at the source's step (or, for a fresh DiT, trains from step 0:
+    no dit_step.json). Done once: a folder that already holds `start`'s DiT (a resumed recipe) is
+    left as it is."""
+    if (export / "embedded.json").exists() and start.holds(EmbeddedConfig.load(export / "embedded.json").dit):
         return
     export.mkdir(parents=True, exist_ok=True)
+    if start.shape is not None:
+        model = EmbeddedModel.load(source)
+        dim, heads, depth = start.shape
+        cfg = dataclasses.replace(model.cfg, dit=dataclasses.replace(model.cfg.dit, dim=dim, heads=heads, depth=depth))
+        torch.manual_seed(seed)
+        EmbeddedModel(cfg, ae=model.ae, dit=CausalDiT(cfg.dit)).save(export)
+        return
     for f in WEIGHT_FILES:
         copy_atomically(source / f, export / f)  # dit_step.json: the run goes on from the source's step
-    if depth is not None:
-        grown_dit(EmbeddedModel.load(export), depth, seed).save(export)
+    if start.depth is not None:
+        grown_dit(EmbeddedModel.load(export), start.depth, seed).save(export)
 
 
 def teacher_config(args: argparse.Namespace) -> Path:
-    """The teacher's config: `--config` (default: the shipped architecture), guided at 2."""
+    """The teacher's config: `--config` (default: EmbeddedConfig's, an 8-block DiT), guided at 2."""
     cfg = EmbeddedConfig.load(args.config) if args.config is not None else EmbeddedConfig()
     data = {**cfg.to_dict(), "guidance_scale": TEACHER_GUIDANCE, "guidance_min_t": 0.0,
             "distilled_guidance_scale": 1.0, "latent_scale": 1.0}  # 1.0: measured from the new encoder
@@ -141,10 +170,10 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--run-dir", type=Path, default=Path("runs/recipe"))
     ap.add_argument("--model", choices=tuple(RECIPES), default="embedded",
-                    help="which shipped size to make (default: embedded, the 8-block student)")
+                    help="which shipped size to make (default: embedded, the wide 6-block student)")
     ap.add_argument("--export", type=Path, default=None,
                     help="where the finished student goes (default: that size's shipped folder)")
-    ap.add_argument("--config", type=Path, default=None, help="model config JSON (default: the shipped architecture)")
+    ap.add_argument("--config", type=Path, default=None, help="the teacher stage's model config JSON (default: EmbeddedConfig's)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--batch", type=positive_int, default=8)
     ap.add_argument("--threads", type=positive_int, default=2)
@@ -164,8 +193,8 @@ def main(argv: list[str] | None = None) -> None:
         print(f"recipe stage {i}/{len(stages)}: {stage.name} ({scaled(stage.steps, args.steps_scale)} steps) "
               f"in {args.run_dir / stage.name}", flush=True)
         if stage.start is not None:
-            source, depth = stage.start
-            start_from(args.run_dir / stage.name / "export", args.run_dir / source / "export", depth, args.seed)
+            start_from(args.run_dir / stage.name / "export", args.run_dir / stage.start.source / "export", stage.start,
+                       args.seed)
         train.main(stage_argv(stage, args, teacher_cfg))
     student = args.run_dir / stages[-1].name / "export"
     args.export.mkdir(parents=True, exist_ok=True)
