@@ -22,7 +22,7 @@ def test_quick_eval_prints_contract_json(capsys):
         assert key in res, key
     assert res["drift_points"] is None and res["drift_stderr_points"] is None  # quick mode skips the long rollout
     assert res["frame_size"] == [128, 128]
-    assert (res["weights"], res["depth"]) == ("embedded", 8)  # the default size
+    assert (res["weights"], res["depth"]) == ("embedded", 6)  # the default: 6 blocks at width 192
     assert res["device"] == "cpu"
     assert 0.0 <= res["prompt_adherence"] <= 1.0 and 0.0 <= res["motion_accuracy"] <= 1.0
     assert res["fps_single"] > 0
