@@ -35,9 +35,9 @@ from streamer.models.embedded.model import EmbeddedModel  # noqa: E402
 from streamer.models.embedded.rollout import rollout  # noqa: E402
 from streamer.models.embedded.scripts import story_scripts  # noqa: E402
 
-# The first teacher's shape (8 blocks; the default until session 37), the large size's depth, and
-# wider ones at 64 per head: wide192d6 is the shipped default's (shallower, to hold the parameters
-# up at less cost).
+# The first teacher's shape (8 blocks; the default until session 37), the retired large size's
+# depth, and wider ones at 64 per head: wide192d6 is the shipped default's (shallower, to hold the
+# parameters up at less cost).
 SHAPES = ("base=128:2:8", "deep12=128:2:12", "wide192=192:3:8", "wide192d6=192:3:6", "wide256=256:4:8")
 
 

@@ -1,6 +1,6 @@
 """`streamer` command line: `serve`, `client`, `protocol-schema`, and `eval` (the model evaluator).
 
-    streamer serve [--host 127.0.0.1] [--port 8000] [--model embedded|embedded-large|wan-causal] [--device cpu|cuda]
+    streamer serve [--host 127.0.0.1] [--port 8000] [--model embedded|wan-causal] [--device cpu|cuda]
                    [--precision fp32|bf16] [--guidance S] [--fps F] ...
     streamer client --url http://H:P --transport ws|webrtc --prompt TEXT --frames N [--out F.mp4] --json
     streamer protocol-schema [--markdown]
@@ -23,8 +23,7 @@ def _serve_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8000)
     p.add_argument("--model", default="embedded",
-                   help="embedded (default: the shipped 6-block wide model, real time on a 2-core CPU), embedded-large "
-                        "(the earlier 12-block one: slower, and below the default in every quality figure) or wan-causal "
+                   help="embedded (default: the shipped model, real time on a 2-core CPU) or wan-causal "
                         "(a local checkpoint folder in --weights; docs/wan.md)")  # fmt: skip
     p.add_argument("--config", help="model/engine config file")
     p.add_argument("--weights", help="weights file (default: the shipped ones)")

@@ -52,7 +52,7 @@ def build_model(name: str, config: str | None, weights: str | None, device: str 
     overrides the embedded model's classifier-free guidance scale (None: its config's). `compile`
     switches torch.compile on for the embedded model's blocks (a CompileError where it cannot build).
     """
-    if name in SHIPPED_WEIGHTS:  # the embedded model: --weights, or that size's shipped folder
+    if name in SHIPPED_WEIGHTS:  # the embedded model: --weights, or its shipped folder
         precision = precision or "fp32"
         if config == "tiny-random":
             model = tiny_embedded(device=device, precision=precision)

@@ -32,13 +32,6 @@ def test_quick_eval_prints_contract_json(capsys):
     assert res["host"]["cpu"] and res["host"]["threads"] == 1 and res["host"]["matmul_peak_gflops"] > 0
 
 
-def test_quick_eval_of_the_large_size(capsys):
-    assert streamer_main(["eval", "--model", "embedded-large", "--quick", "--json", "--threads", "1"]) in (0, None)
-    res = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
-    assert (res["weights"], res["depth"], res["frame_size"]) == ("embedded-large", 12, [128, 128])
-    assert 0.0 <= res["prompt_adherence"] <= 1.0 and res["fps_single"] > 0
-
-
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the error a machine without CUDA gives")
 def test_eval_device_cuda_without_cuda_exits_2(capsys):
     assert streamer_main(["eval", "--quick", "--json", "--device", "cuda"]) == 2

@@ -188,9 +188,9 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="streamer eval", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", choices=tuple(SHIPPED_WEIGHTS), default="embedded",
-                    help="which shipped size to score (default: embedded, the wide 6-block student)")
+                    help="which shipped weights to score (default: embedded, the wide 6-block student)")
     ap.add_argument("--weights", type=Path, default=None,
-                    help="weights dir or .safetensors (default: the --model size's shipped folder)")
+                    help="weights dir or .safetensors (default: the --model's shipped folder)")
     ap.add_argument("--quick", action="store_true", help="a run under a minute (no drift, one speed figure)")
     ap.add_argument("--json", action="store_true", help="print the figures as one JSON object on the last line")
     ap.add_argument("--steps", type=int, default=None)

@@ -2,13 +2,10 @@
 
 The shipped weights were made in pieces over many work sessions, by the stages of train.py
 (docs/model.md tells that history). This runs the same stages in order, from a seed, with the
-history folded into one pass. Both shipped sizes start from one stage, so they share its
-autoencoder and latent space:
+history folded into one pass:
 
 1. teacher: the autoencoder (encoder and decoder together), then an 8-block DiT (the config's
-   architecture) with flow matching, guided at `guidance_scale` 2 (`checkpoints/teacher/`).
-
-`--model embedded` (the default student, `streamer/models/embedded/weights/`) then runs
+   architecture) with flow matching, guided at `guidance_scale` 2 (`checkpoints/teacher/`);
 2. teacher-wide: a fresh DiT of shape `WIDE` (6 blocks at width 192, 3 heads) on the teacher's
    autoencoder, trained from step 0 by flow matching with the binding loss (`--bind 1.0`), guided
    at 2 (`checkpoints/teacher-wide/`);
@@ -17,21 +14,14 @@ autoencoder and latent space:
 4. steps-wide: step distillation from it, starting from stage 3's student (its 4 steps land
    where the guided teacher's 8 land).
 
-`--model embedded-large` (the 12-block student, `weights-large/`) instead grows the teacher to 12
-blocks (`teacher12`: the added ones start as the identity) and trains it on, then with error
-recycling (`recycle`: a share of its clips' pasts are its own estimates, `train --recycle`; then
-`recycle2` with nearly all of them), and distils both stages from that teacher into a student
-that starts as the teacher itself (`guidance12`, `steps12`).
-
-Either exported student then commits its past at flow time `CONTEXT_NOISE` (an inference setting
+The exported student then commits its past at flow time `CONTEXT_NOISE` (an inference setting
 chosen on the finished weights, which were distilled with a clean past: docs/model.md,
 "Committing the past slightly noisy").
 
 Every stage is train.py's own resumable run in `<run-dir>/<stage>`, so the recipe is too: run
 the same command again after an interruption (or in the next work session) and it goes on where
-it stopped; finished stages are passed over in seconds, so the second size in the same run
-folder trains only its own stages. The student and the merged training log are then written to
-`--export` (default: that size's shipped folder).
+it stopped; finished stages are passed over in seconds. The student and the merged training log
+are then written to `--export` (default: the shipped folder).
 
 It makes weights of the shipped kind, not the shipped bits: those went through code that changed
 between their pieces (docs/model.md, "Reproducing the shipped weights").
@@ -50,32 +40,24 @@ import torch
 from ...argtypes import positive_int
 from . import train
 from .atomic_save import copy_atomically, write_text_atomically
-from .config import DiTConfig, EmbeddedConfig
+from .config import EmbeddedConfig
 from .dit import CausalDiT
-from .grow import grown_dit
 from .model import SHIPPED_WEIGHTS, EmbeddedModel
 
 
 class Start(NamedTuple):
-    """Where a stage's weights start: stage `source`'s export with its DiT as it is, grown to
-    `depth` blocks (the added ones the identity), or replaced by a fresh one of `shape` (dim, heads,
-    depth; only the autoencoder and the rest of the config are kept, and training starts at step 0)."""
+    """Where a stage's weights start: stage `source`'s export with its DiT replaced by a fresh one
+    of `shape` (dim, heads, depth). Only the autoencoder and the rest of the config are kept, so
+    the new DiT learns the same latent space, and training starts at step 0."""
 
     source: str
-    depth: int | None = None
-    shape: tuple[int, int, int] | None = None
-
-    def holds(self, dit: DiTConfig) -> bool:
-        """Whether a DiT of config `dit` is this start's (a folder seeded before is left as it is)."""
-        if self.shape is not None:
-            return (dit.dim, dit.heads, dit.depth) == self.shape
-        return self.depth is None or dit.depth == self.depth
+    shape: tuple[int, int, int]
 
 
 class Stage(NamedTuple):
-    """One train.py run. `steps` counts from the start of the line, so a stage that goes on from
-    another's weights (`start`) trains the difference. `{run}` in `flags` is the run folder,
-    `{teacher_config}` the config teacher_config() writes there, `{ae_steps}` AE_STEPS scaled."""
+    """One train.py run of `steps` steps (its learning rate cooled over the last `cooldown`), in a
+    folder seeded by `start` if given. `{run}` in `flags` is the run folder, `{teacher_config}` the
+    config teacher_config() writes there, `{ae_steps}` AE_STEPS scaled."""
 
     name: str
     flags: tuple[str, ...]
@@ -84,29 +66,18 @@ class Stage(NamedTuple):
     start: Start | None = None
 
 
-TEACHER = Stage("teacher", ("--config", "{teacher_config}", "--ae-steps", "{ae_steps}", "--lr", "3e-4"), 35000, 1200)
 # The default student's DiT (dim, heads, depth): the shape benchmarks/dit_shapes.py priced best
 # (docs/model.md, "A wide teacher, begun").
 WIDE = (192, 3, 6)
-# The shipped weights' figures, by the model name each size is served under.
+# The stages of the shipped weights, by the model name they are served under.
 RECIPES: dict[str, tuple[Stage, ...]] = {
     "embedded": (
-        TEACHER,
+        Stage("teacher", ("--config", "{teacher_config}", "--ae-steps", "{ae_steps}", "--lr", "3e-4"), 35000, 1200),
         Stage("teacher-wide", ("--bind", "1.0", "--lr", "3e-4"), 35000, 1200, start=Start("teacher", shape=WIDE)),
         # No --init: the student starts as its teacher.
         Stage("guidance-wide", ("--distill-guidance", "{run}/teacher-wide/export", "--lr", "1.5e-4"), 1000, 400),
         Stage("steps-wide", ("--distill-steps", "{run}/teacher-wide/export", "--init", "{run}/guidance-wide/export",
                              "--lr", "1e-4"), 1200, 500),
-    ),
-    "embedded-large": (
-        TEACHER,
-        Stage("teacher12", ("--lr", "2e-4"), 43000, 1000, start=Start("teacher", depth=12)),
-        Stage("recycle", ("--recycle", "0.5", "--lr", "2e-4"), 44200, 400, start=Start("teacher12")),
-        Stage("recycle2", ("--recycle", "0.99", "--lr", "2e-4"), 45700, 500, start=Start("recycle")),
-        # No --init: the student starts as its 12-block teacher.
-        Stage("guidance12", ("--distill-guidance", "{run}/recycle2/export", "--lr", "1.5e-4"), 1000, 400),
-        Stage("steps12", ("--distill-steps", "{run}/recycle2/export", "--init", "{run}/guidance12/export",
-                          "--lr", "1e-4"), 1200, 500),
     ),
 }
 WEIGHT_FILES = ("embedded.json", "embedded.safetensors", "dit_step.json")  # a stage's exported weights
@@ -131,24 +102,19 @@ def stage_argv(stage: Stage, args: argparse.Namespace, teacher_cfg: Path) -> lis
 
 
 def start_from(export: Path, source: Path, start: Start, seed: int) -> None:
-    """Seed the folder `export` with the weights in `source`, their DiT as `start` says; a training
-    run then warm-starts from them at the source's step (or, for a fresh DiT, trains from step 0:
-    no dit_step.json). Done once: a folder that already holds `start`'s DiT (a resumed recipe) is
+    """Seed the folder `export` with the model in `source`, its DiT replaced by a fresh one of
+    `start.shape`, and no dit_step.json: the training run in it starts at step 0 on the source's
+    autoencoder. Done once: a folder that already holds a DiT of that shape (a resumed recipe) is
     left as it is."""
-    if (export / "embedded.json").exists() and start.holds(EmbeddedConfig.load(export / "embedded.json").dit):
-        return
-    export.mkdir(parents=True, exist_ok=True)
-    if start.shape is not None:
-        model = EmbeddedModel.load(source)
-        dim, heads, depth = start.shape
-        cfg = dataclasses.replace(model.cfg, dit=dataclasses.replace(model.cfg.dit, dim=dim, heads=heads, depth=depth))
-        torch.manual_seed(seed)
-        EmbeddedModel(cfg, ae=model.ae, dit=CausalDiT(cfg.dit)).save(export)
-        return
-    for f in WEIGHT_FILES:
-        copy_atomically(source / f, export / f)  # dit_step.json: the run goes on from the source's step
-    if start.depth is not None:
-        grown_dit(EmbeddedModel.load(export), start.depth, seed).save(export)
+    if (export / "embedded.json").exists():
+        dit = EmbeddedConfig.load(export / "embedded.json").dit
+        if (dit.dim, dit.heads, dit.depth) == start.shape:
+            return
+    model = EmbeddedModel.load(source)
+    dim, heads, depth = start.shape
+    cfg = dataclasses.replace(model.cfg, dit=dataclasses.replace(model.cfg.dit, dim=dim, heads=heads, depth=depth))
+    torch.manual_seed(seed)
+    EmbeddedModel(cfg, ae=model.ae, dit=CausalDiT(cfg.dit)).save(export)
 
 
 def teacher_config(args: argparse.Namespace) -> Path:
@@ -170,9 +136,9 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--run-dir", type=Path, default=Path("runs/recipe"))
     ap.add_argument("--model", choices=tuple(RECIPES), default="embedded",
-                    help="which shipped size to make (default: embedded, the wide 6-block student)")
+                    help="which shipped model to make (default: embedded, the wide 6-block student)")
     ap.add_argument("--export", type=Path, default=None,
-                    help="where the finished student goes (default: that size's shipped folder)")
+                    help="where the finished student goes (default: the model's shipped folder)")
     ap.add_argument("--config", type=Path, default=None, help="the teacher stage's model config JSON (default: EmbeddedConfig's)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--batch", type=positive_int, default=8)
