@@ -239,6 +239,7 @@ def main() -> int:
     ap.add_argument("--stagger", type=float, default=0.25, help="seconds between session arrivals")
     ap.add_argument("--model", default="embedded")
     ap.add_argument("--config", default=None)
+    ap.add_argument("--weights", default=None, help="weights folder (default: the --model's shipped ones)")
     ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     ap.add_argument("--precision", default=None, choices=PRECISIONS,
                     help="what the embedded model computes in (default fp32; see docs/model.md, Precision)")
@@ -253,7 +254,7 @@ def main() -> int:
     caching = {"step_reuse": args.step_reuse, "commit_reuse": args.commit_reuse}
     try:
         device = resolve_device(args.device)
-        model = build_model(args.model, args.config, None, args.device, args.precision)
+        model = build_model(args.model, args.config, args.weights, args.device, args.precision)
         model.configure_caching(**caching)  # a technique the model lacks fails here, not mid-run
         model.configure_caching(None, False)  # the calibration and FLOP count run the exact path
         steps = model.spec.default_steps
@@ -275,6 +276,8 @@ def main() -> int:
     out = args.out or (None if args.quick else RESULTS / ("engine_gpu.json" if device.type == "cuda" else "engine.json"))
     result = {
         "runs": [],
+        "model": args.model,
+        "weights": args.weights,  # None: the model's shipped ones
         "fps": fps,
         "fps_source": "--fps" if args.fps else "one calibration, shared by every run",
         "fps_for_sessions": None if args.fps else args.fps_for_sessions,
