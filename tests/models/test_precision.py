@@ -33,9 +33,14 @@ def test_bf16_rollout_stays_close_to_fp32():
     scripts, _ = story_scripts(np.random.default_rng(0), 2, 6, 2)
     fp32 = rollout(EmbeddedModel.load(), scripts, seed=1).frames
     bf16 = rollout(EmbeddedModel.load(precision="bf16"), scripts, seed=1).frames
-    # Measured 51-58 dB on the shipped weights (docs/model.md, Precision); 40 dB is about one
-    # 8-bit level of mean error, and still far above what a broken precision path gives.
-    assert psnr(bf16, fp32) > 40.0
+    # The first chunk is one chunk's passes in bf16: measured 44-52 dB on the shipped wide
+    # weights (55-57 on the 8-block ones), where 40 dB is about one 8-bit level of mean error.
+    f = EmbeddedModel.load().spec.frames_per_chunk
+    assert psnr(bf16[:, :f], fp32[:, :f]) > 40.0
+    # Later chunks build on their own rounded past, so the two rollouts drift apart as any two
+    # rollouts that differ a little do: 35.7 dB over these 12 frames on the wide weights, 49.4 on
+    # the 8-block ones (docs/model.md, Precision). A broken precision path draws another picture.
+    assert psnr(bf16, fp32) > 30.0
     assert not np.array_equal(bf16, fp32)  # bf16 really ran
 
 

@@ -115,6 +115,7 @@ def start_from(export: Path, source: Path, start: Start, seed: int) -> None:
     cfg = dataclasses.replace(model.cfg, dit=dataclasses.replace(model.cfg.dit, dim=dim, heads=heads, depth=depth))
     torch.manual_seed(seed)
     EmbeddedModel(cfg, ae=model.ae, dit=CausalDiT(cfg.dit)).save(export)
+    (export / "dit_step.json").unlink(missing_ok=True)  # a folder seeded for another shape had one
 
 
 def teacher_config(args: argparse.Namespace) -> Path:
