@@ -31,11 +31,12 @@ def no_native_bf16(monkeypatch):
 @needs_bf16
 def test_bf16_rollout_stays_close_to_fp32():
     scripts, _ = story_scripts(np.random.default_rng(0), 2, 6, 2)
-    fp32 = rollout(EmbeddedModel.load(), scripts, seed=1).frames
+    model = EmbeddedModel.load()
+    fp32 = rollout(model, scripts, seed=1).frames
     bf16 = rollout(EmbeddedModel.load(precision="bf16"), scripts, seed=1).frames
     # The first chunk is one chunk's passes in bf16: measured 44-52 dB on the shipped wide
     # weights (55-57 on the 8-block ones), where 40 dB is about one 8-bit level of mean error.
-    f = EmbeddedModel.load().spec.frames_per_chunk
+    f = model.spec.frames_per_chunk
     assert psnr(bf16[:, :f], fp32[:, :f]) > 40.0
     # Later chunks build on their own rounded past, so the two rollouts drift apart as any two
     # rollouts that differ a little do: 35.7 dB over these 12 frames on the wide weights, 49.4 on

@@ -35,13 +35,10 @@ import json
 from pathlib import Path
 from typing import NamedTuple
 
-import torch
-
 from ...argtypes import positive_int
 from . import train
 from .atomic_save import copy_atomically, write_text_atomically
 from .config import EmbeddedConfig
-from .dit import CausalDiT
 from .model import SHIPPED_WEIGHTS, EmbeddedModel
 
 
@@ -101,7 +98,7 @@ def stage_argv(stage: Stage, args: argparse.Namespace, teacher_cfg: Path) -> lis
             "--ckpt-minutes", str(args.ckpt_minutes)]
 
 
-def start_from(export: Path, source: Path, start: Start, seed: int) -> None:
+def start_from(export: Path, source: Path, start: Start) -> None:
     """Seed the folder `export` with the model in `source`, its DiT replaced by a fresh one of
     `start.shape`, and no dit_step.json: the training run in it starts at step 0 on the source's
     autoencoder. Done once: a folder that already holds a DiT of that shape (a resumed recipe) is
@@ -113,8 +110,9 @@ def start_from(export: Path, source: Path, start: Start, seed: int) -> None:
     model = EmbeddedModel.load(source)
     dim, heads, depth = start.shape
     cfg = dataclasses.replace(model.cfg, dit=dataclasses.replace(model.cfg.dit, dim=dim, heads=heads, depth=depth))
-    torch.manual_seed(seed)
-    EmbeddedModel(cfg, ae=model.ae, dit=CausalDiT(cfg.dit)).save(export)
+    # The saved DiT is a placeholder that makes the folder loadable: with no dit_step.json,
+    # train.py builds the fresh one itself, from its seed, and keeps only the autoencoder.
+    EmbeddedModel(cfg, ae=model.ae).save(export)
     (export / "dit_step.json").unlink(missing_ok=True)  # a folder seeded for another shape had one
 
 
@@ -160,8 +158,7 @@ def main(argv: list[str] | None = None) -> None:
         print(f"recipe stage {i}/{len(stages)}: {stage.name} ({scaled(stage.steps, args.steps_scale)} steps) "
               f"in {args.run_dir / stage.name}", flush=True)
         if stage.start is not None:
-            start_from(args.run_dir / stage.name / "export", args.run_dir / stage.start.source / "export", stage.start,
-                       args.seed)
+            start_from(args.run_dir / stage.name / "export", args.run_dir / stage.start.source / "export", stage.start)
         train.main(stage_argv(stage, args, teacher_cfg))
     student = args.run_dir / stages[-1].name / "export"
     args.export.mkdir(parents=True, exist_ok=True)
