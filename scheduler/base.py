@@ -69,9 +69,13 @@ class SchedulerBase(ABC):
     def _on_removed(self) -> None:  # noqa: B027 - optional hook
         """Called after sessions were removed or failed."""
 
-    def _degrade_state(self) -> tuple[int, int, float]:
+    def degrade_state(self) -> tuple[int, int, float]:
         """(degrade level, steps removed, chunk-period factor); the baseline never degrades."""
         return 0, 0, 1.0
+
+    @property
+    def degrade_level(self) -> int:
+        return self.degrade_state()[0]
 
     # ---- sessions -------------------------------------------------------------------------
 
@@ -211,7 +215,7 @@ class SchedulerBase(ABC):
                 "paused": st.paused,
                 "ttfc_s": None if st.first_chunk_at is None else st.first_chunk_at - st.added_at,
             }
-        level, cut, factor = self._degrade_state()
+        level, cut, factor = self.degrade_state()
         return {
             "sessions": sessions,
             "chunks": self._chunks,

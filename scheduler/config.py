@@ -31,7 +31,8 @@ class SchedulerConfig:
 
     # Overload policy (StepScheduler only).
     degrade: bool = True
-    overload_utilisation: float = 1.0  # measured utilisation above this is overload
+    overload_utilisation: float = 1.0  # measured utilisation above this ...
+    overload_hold_s: float = 1.0  # ... for this long is overload (one slow batch is not)
     miss_rate_threshold: float = 0.02  # ... and so is a miss rate above this in the window
     min_window_misses: int = 2  # a lone miss (jitter) is not overload
     window_s: float = 2.0  # recent chunks considered for the miss rate
@@ -53,6 +54,8 @@ class SchedulerConfig:
             raise ValueError(f"lookahead must be >= 0, got {self.lookahead}")
         if self.early_start is not None and self.early_start < 0:
             raise ValueError(f"early_start must be >= 0, got {self.early_start}")
+        if self.overload_hold_s < 0:
+            raise ValueError(f"overload_hold_s must be >= 0, got {self.overload_hold_s}")
         if not self.stretch_step > 1:
             raise ValueError(f"stretch_step must be > 1, got {self.stretch_step}")
         if self.max_stretch_levels < 0:

@@ -1,9 +1,9 @@
 """DegradeController: the overload policy, lowering quality for every session alike.
 
 When reality is slower than admission predicted (the measured utilisation, i.e. the load computed
-from the cost model as it has learned the real batch times, rises above `overload_utilisation`,
-or chunks miss their deadlines at more than `miss_rate_threshold` in the recent window), the
-controller degrades one *level* at a time, for all sessions at once:
+from the cost model as it has learned the real batch times, stays above `overload_utilisation`
+for `overload_hold_s`, or chunks miss their deadlines at more than `miss_rate_threshold` in the
+recent window), the controller degrades one *level* at a time, for all sessions at once:
 
 1. `step_cut` += 1: every session runs one denoising step fewer (never below its `min_steps`),
    from its next chunk on (a chunk keeps the step count it started with);
@@ -17,6 +17,11 @@ in a grace period after an admission or resume are not overload (a first chunk i
 and displaces the others on purpose). It recovers one level (stretch first, then steps) only
 when the load one level up would fit the bound and there have been no misses for a calm period;
 the gap between the overload threshold and the bound is the hysteresis that stops it flapping.
+The hold matters because of that gap: a session's first steps run cold (several times slower
+than later ones), and the cost model, which follows each batch, reads one such batch as a load
+above the threshold. Degrading on it left a lone session stretched for good, since the load of its
+own nominal rate sits between the bound and the threshold. Misses, the harm itself, trigger at
+once.
 The calm period starts at `recover_after_s` and doubles each time a recovery is followed by
 overload (the cost model was too optimistic about the lighter level), halving again when one
 holds. The scheduler re-anchors every session's clock at each change (see `StreamState.rebase`).
@@ -60,6 +65,7 @@ class DegradeController:
         self._grace_until = float("-inf")
         self._recover_wait = self.config.recover_after_s
         self._probing = False  # the last change was a recovery that has not yet proven itself
+        self._over_since: float | None = None  # measured load above the threshold since then
 
     def grace(self, now: float, seconds: float) -> None:
         """Do not count misses for a while: a session (re)started at `now`, and its first chunk,
@@ -81,7 +87,11 @@ class DegradeController:
             self._recent.popleft()
         misses = sum(missed for _, missed in self._recent)
         miss_rate = misses / len(self._recent) if self._recent else 0.0
-        overloaded = load(self.step_cut, self.stretch_level) > cfg.overload_utilisation or (
+        if load(self.step_cut, self.stretch_level) <= cfg.overload_utilisation:
+            self._over_since = None
+        elif self._over_since is None:
+            self._over_since = now
+        overloaded = (self._over_since is not None and now - self._over_since >= cfg.overload_hold_s) or (
             misses >= cfg.min_window_misses and miss_rate > cfg.miss_rate_threshold
         )
         if overloaded:
@@ -131,4 +141,5 @@ class DegradeController:
     def _changed(self, now: float) -> None:
         self._last_change = now
         self._calm_since = None
+        self._over_since = None
         self._recent.clear()

@@ -38,10 +38,6 @@ class StepScheduler(SchedulerBase):
         super().__init__(config, cost)
         self._degrade = DegradeController(self.config)
 
-    @property
-    def degrade_level(self) -> int:
-        return self._degrade.level
-
     def schedule(self, now: float) -> StepPlan | None:
         self._tick(now)
         ready = sorted(
@@ -154,5 +150,5 @@ class StepScheduler(SchedulerBase):
         st.target_steps = max(st.spec.min_steps, st.spec.steps - self._degrade.step_cut)
         st.rebase(self._degrade.factor, now)
 
-    def _degrade_state(self) -> tuple[int, int, float]:
+    def degrade_state(self) -> tuple[int, int, float]:
         return self._degrade.level, self._degrade.step_cut, self._degrade.factor

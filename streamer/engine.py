@@ -104,6 +104,7 @@ class Engine:
         self._running = False
         self._ready = False
         self.calibration: dict[tuple[str, int], float] = dict(calibration or {})
+        self._degrade_level = 0
 
     # -- lifecycle ------------------------------------------------------------------------------
     async def start(self) -> None:
@@ -211,6 +212,7 @@ class Engine:
         self.pool.release(session.slot)
         sink = self.sinks.pop(session_id)
         metrics.SESSIONS_ACTIVE.set(len(self.sessions))
+        self._note_degrade()  # the last session leaving resets the level
         if notify and self._loop is not None:
             self._loop.call_soon_threadsafe(sink.on_event, {"type": "ended", "reason": reason})
 
@@ -240,6 +242,16 @@ class Engine:
         if self.cfg.fps is None and self.calibration:
             self.fps = self.scheduler.sustainable_fps(self.cfg.fps_sessions, self.steps,
                                                       self.spec.frames_per_chunk, self.spec.fps)
+
+    def _note_degrade(self) -> None:
+        """Log and export each change of the overload policy's level: an operator's first clue
+        when sessions get a lower rate than they were admitted at."""
+        level, cut, factor = self.scheduler.degrade_state()
+        if level != self._degrade_level:
+            log.info("overload policy: level %d -> %d (%d denoising steps fewer, chunk period x%.2f)",
+                     self._degrade_level, level, cut, factor)
+            self._degrade_level = level
+            metrics.DEGRADE_LEVEL.set(level)
 
     def _drain_commands(self, timeout: float | None) -> None:
         """Run every queued command; wait up to `timeout` for the first (0: do not wait).
@@ -309,6 +321,7 @@ class Engine:
         booking = time.perf_counter()
         done = self.scheduler.update(plan, StepResult(elapsed, failed), self.clock())
         self._refresh_fps()
+        self._note_degrade()
         metrics.SCHEDULER_SECONDS.labels("update").observe(time.perf_counter() - booking)
         for sid in failed:
             self._end(sid, "error")

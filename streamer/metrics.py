@@ -69,6 +69,12 @@ CHUNK_SLACK = Histogram(
     buckets=(-1.0, -0.25, -0.1, -0.025, 0.0, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5),
     registry=REGISTRY,
 )
+DEGRADE_LEVEL = Gauge(
+    "streamer_degrade_level",
+    "The overload policy's level: 0 is full quality; each level is one denoising step fewer or a "
+    "chunk period stretched by the scheduler's stretch_step, for every session alike.",
+    registry=REGISTRY,
+)
 CHUNKS = Counter("streamer_chunks", "Chunks finished (denominator of the miss rate).", registry=REGISTRY)
 DEADLINE_MISSES = Counter(
     "streamer_deadline_misses", "Chunks finished after their playback deadline.", registry=REGISTRY

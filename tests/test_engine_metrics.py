@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import logging
+import time
+
 from streamer import metrics
 from streamer.engine import Engine, EngineConfig
 from streamer.engine_factory import tiny_embedded
 from streamer.protocol import StartMessage
-from tests.engine_helpers import run_sessions
+from tests.engine_helpers import Collector, TinyWrapper, run_sessions
 
 
 def sample(name: str, **labels: str) -> float:
@@ -37,3 +40,30 @@ async def test_batches_are_counted_by_kind_and_slack_skips_each_sessions_first_c
     assert d["denoise"] >= d["chunks"] * engine.steps / 2  # two sessions may share each step
     assert d["update"] == d["denoise"] + d["commit"]
     assert d["schedule"] >= d["update"]
+
+
+class SlowModel(TinyWrapper):
+    """Denoising steps far slower than the rate asked for: every chunk misses until degraded."""
+
+    def denoise(self, *args, **kw):
+        time.sleep(0.03)
+        return self.inner.denoise(*args, **kw)
+
+
+async def test_a_degrade_is_logged_and_exported_and_undone_when_the_last_session_leaves(caplog) -> None:
+    caplog.set_level(logging.INFO, logger="streamer.engine")
+    engine = Engine(SlowModel(), EngineConfig(max_sessions=2, calibrate=False, fps=24.0, utilisation_bound=1e9))
+    await engine.start()
+    try:
+        sink = Collector()
+        h = await engine.open_session(StartMessage(prompt="a red ball", seed=0), sink)
+        while not sink.chunks or sink.chunks[-1].fps == 24.0:
+            await sink.wait_chunks(len(sink.chunks) + 1)
+        assert sample("streamer_degrade_level") == engine.scheduler.degrade_level > 0
+        await engine.close_session(h.id, "stopped")
+        assert sample("streamer_degrade_level") == 0
+    finally:
+        await engine.stop()
+    changes = [r.getMessage() for r in caplog.records if r.getMessage().startswith("overload policy")]
+    assert changes[0].startswith("overload policy: level 0 -> ") and changes[-1].endswith(
+        "-> 0 (0 denoising steps fewer, chunk period x1.00)")

@@ -7,7 +7,11 @@ from collections.abc import Mapping
 from scheduler import ChunkDone, SchedulerConfig
 from scheduler.degrade import DegradeController, LoadFn
 
-CONFIG = SchedulerConfig(degrade_cooldown_s=1.0, recover_after_s=5.0, window_s=2.0, max_stretch_levels=2)
+# No hold: a load above the threshold is overload at once, so most tests judge in one call.
+CONFIG = SchedulerConfig(degrade_cooldown_s=1.0, recover_after_s=5.0, window_s=2.0, max_stretch_levels=2,
+                         overload_hold_s=0.0)
+HELD = SchedulerConfig(degrade_cooldown_s=1.0, recover_after_s=5.0, window_s=2.0, max_stretch_levels=2,
+                       overload_hold_s=1.0)
 
 
 def table(values: Mapping[tuple[int, int], float], default: float = 0.5) -> LoadFn:
@@ -23,6 +27,31 @@ def test_high_utilisation_jumps_to_the_first_level_that_fits() -> None:
     load = table({(0, 0): 1.5, (1, 0): 1.2, (2, 0): 0.8})
     assert ctl.evaluate(10.0, [], load, max_cut=3)
     assert (ctl.step_cut, ctl.stretch_level, ctl.level, ctl.factor) == (2, 0, 2, 1.0)
+
+
+def test_a_load_above_the_threshold_is_overload_only_once_it_has_held() -> None:
+    ctl = DegradeController(HELD)
+    heavy = table({(0, 0): 1.5, (1, 0): 0.8})
+    assert not ctl.evaluate(10.0, [], heavy, max_cut=3)  # one slow batch, e.g. a session's first
+    assert not ctl.evaluate(10.6, [], heavy, max_cut=3)
+    assert ctl.evaluate(11.0, [], heavy, max_cut=3)
+    assert ctl.level == 1
+
+
+def test_a_spike_that_ends_restarts_the_hold() -> None:
+    ctl = DegradeController(HELD)
+    heavy, fine = table({(0, 0): 1.5, (1, 0): 0.8}), table({(0, 0): 0.95})  # fine: above the bound
+    assert not ctl.evaluate(10.0, [], heavy, max_cut=3)
+    assert not ctl.evaluate(10.5, [], fine, max_cut=3)
+    assert not ctl.evaluate(10.8, [], heavy, max_cut=3)
+    assert not ctl.evaluate(11.5, [], heavy, max_cut=3)  # held 0.7 s since it came back
+    assert ctl.evaluate(11.8, [], heavy, max_cut=3)
+
+
+def test_misses_do_not_wait_for_the_hold() -> None:
+    ctl = DegradeController(HELD)
+    assert ctl.evaluate(10.0, chunks(10.0, 10, 2), table({}), max_cut=3)
+    assert ctl.level == 1
 
 
 def test_stretches_once_steps_are_exhausted_and_stops_at_the_limit() -> None:

@@ -96,3 +96,28 @@ def test_the_last_session_leaving_resets_the_degrade_level() -> None:
         sched.remove_session(sid, 5.0)
     assert sched.degrade_level == 0
     assert sched.add_session(spec("fresh"), 5.0).admitted
+
+
+def test_a_cold_first_step_does_not_leave_a_session_that_fits_degraded() -> None:
+    """A session's first step runs cold, several times slower than the rest, and the cost model
+    follows each batch. If one such batch were overload, a session whose steady load lies between
+    the admission bound (0.85) and the overload threshold (1.0), as a server's calibrated rate does
+    once streaming adds its own work, would be stretched and then never recover (its rate would not
+    fit the bound), as the first WebRTC user of an idle server was before the hold."""
+
+    def cold_first(config: SchedulerConfig) -> tuple[StepScheduler, float]:
+        sched = StepScheduler(config, calibrated())
+        calls = [0]
+
+        def cost(kind: str, b: int) -> float:  # 10 % above the calibration, the first batch 6x
+            calls[0] += 1
+            return (6.0 if calls[0] == 1 else 1.1) * (FIXED_S + PER_SAMPLE_S * b)
+
+        report = simulate(sched, [(0.0, spec("a", fps=23.0, min_steps=4))], 20.0, cost)  # as served
+        return sched, report.per_session_fps["a"]
+
+    sched, fps = cold_first(SchedulerConfig())
+    assert 0.85 < sched.utilisation() < 1.0  # steady: between the bound and the threshold
+    assert sched.degrade_level == 0 and fps > 22.5
+    sched, fps = cold_first(SchedulerConfig(overload_hold_s=0.0))
+    assert sched.degrade_level > 0 and fps < 20.0  # what one slow batch did without the hold
