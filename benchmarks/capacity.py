@@ -77,13 +77,13 @@ class Sweep:
                 "--max-sessions", str(self.args.max_sessions), *extra]  # fmt: skip
         return ServerProcess(args)
 
-    def admission(self, scheduler: str) -> tuple[dict[str, Any], float]:
+    def admission(self, scheduler: str) -> tuple[dict[str, Any], dict[str, Any]]:
         with self.server(scheduler) as server:
-            fps = httpx.get(f"{server.url}/v1/info", timeout=10).json()["fps"]
+            info = httpx.get(f"{server.url}/v1/info", timeout=10).json()
             run = self.soak(
                 server.url, self.args.max_sessions, self.args.admit_seconds, f"{scheduler}-admission"
             )
-        return run, fps
+        return run, info
 
     def real_time(self, scheduler: str, fps: float) -> tuple[int, list[dict[str, Any]]]:
         runs: dict[int, dict[str, Any]] = {}
@@ -114,10 +114,11 @@ class Sweep:
         self.out_dir.mkdir(parents=True, exist_ok=True)
         out: dict[str, Any] = {"schedulers": {}}
         for scheduler in self.args.schedulers:
-            admission, fps = self.admission(scheduler)
-            holds, runs = self.real_time(scheduler, fps)
+            admission, info = self.admission(scheduler)
+            holds, runs = self.real_time(scheduler, info["fps"])
             out["schedulers"][scheduler] = {
-                "fps": fps,
+                "fps": info["fps"],
+                "compute_dtype": info.get("compute_dtype"),  # `serve --precision auto` picks it per host
                 "admitted": admission["sessions_started"],
                 "admission_run": admission,
                 "held_in_real_time": holds,

@@ -150,6 +150,8 @@ class Engine:
     def info(self) -> dict:
         return {
             "model": self.spec.to_json(),
+            "device": str(self.model.device),
+            "compute_dtype": str(self.model.compute_dtype).removeprefix("torch."),
             "fps": self.fps,
             "steps": self.steps,
             "scheduler": self.cfg.scheduler,

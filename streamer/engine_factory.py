@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import logging
 from pathlib import Path
 
 import torch
@@ -13,8 +14,10 @@ from .models.embedded.autoencoder import Autoencoder
 from .models.embedded.config import AutoencoderConfig, DiTConfig, EmbeddedConfig
 from .models.embedded.dit import CausalDiT
 from .models.embedded.model import SHIPPED_WEIGHTS, EmbeddedModel
+from .models.precision import AUTO, resolve_precision
 
 MODELS = (*SHIPPED_WEIGHTS, "wan-causal")
+log = logging.getLogger(__name__)
 
 
 def tiny_embedded(seed: int = 0, device: str | torch.device | None = None, precision: str = "fp32") -> EmbeddedModel:
@@ -47,13 +50,14 @@ def build_model(name: str, config: str | None, weights: str | None, device: str 
     `device` None is each model's own default: the CPU for the embedded model (it is built to run
     live there), the GPU when there is one for Wan. A device this machine lacks is a DeviceError,
     and a precision it cannot compute in natively a PrecisionError (both ValueErrors), before any
-    weight is read. `precision` None is fp32 for the embedded model; Wan computes in the dtype
-    its loader picks (bf16 on a GPU, fp32 on the CPU) and takes no `precision`. `guidance`
+    weight is read. `precision` None is fp32 for the embedded model, and `auto` is bf16 where
+    that pays (`streamer.models.precision.resolve_precision`); Wan computes in the dtype its loader
+    picks (bf16 on a GPU, fp32 on the CPU) and takes no `precision` but `auto`. `guidance`
     overrides the embedded model's classifier-free guidance scale (None: its config's). `compile`
     switches torch.compile on for the embedded model's blocks (a CompileError where it cannot build).
     """
     if name in SHIPPED_WEIGHTS:  # the embedded model: --weights, or its shipped folder
-        precision = precision or "fp32"
+        precision = resolve_precision(precision or "fp32", resolve_device(device))
         if config == "tiny-random":
             model = tiny_embedded(device=device, precision=precision)
         elif config is not None:
@@ -66,7 +70,7 @@ def build_model(name: str, config: str | None, weights: str | None, device: str 
             model.compile()
         return model
     if name == "wan-causal":
-        if precision is not None:
+        if precision not in (None, AUTO):  # its loader's own choice is an `auto`
             raise ValueError("--precision is for the embedded model; wan-causal computes in the dtype its "
                              "loader picks (bf16 on a GPU, fp32 on the CPU; see docs/wan.md)")
         if compile:
@@ -107,4 +111,7 @@ def build_engine(args: argparse.Namespace) -> Engine:
         # Few-step distilled Wan checkpoints (Self-Forcing, CausVid) sample by re-noising x0.
         sampler="renoise" if args.model == "wan-causal" else "euler",
     )
-    return Engine(model, cfg)
+    engine = Engine(model, cfg)
+    info = engine.info()
+    log.info("model %s on %s, computing in %s", model.spec.name, info["device"], info["compute_dtype"])
+    return engine

@@ -100,3 +100,11 @@ CONTROL_ERRORS = Counter(
 CONNECTIONS = Gauge(
     "streamer_connections_active", "Open client connections.", ["transport"], registry=REGISTRY
 )
+
+# Labelled series exist only once a label value is used; the engine's are known in advance, so
+# they are created now, and a dashboard sees zeros before the first batch instead of no series.
+for _kind in ("denoise", "commit"):
+    BATCH_SIZE.labels(_kind)
+    STEP_SECONDS.labels(_kind)
+for _phase in ("schedule", "update"):
+    SCHEDULER_SECONDS.labels(_phase)

@@ -151,7 +151,7 @@ def test_serve_sets_torch_threads(monkeypatch):
 
 
 @pytest.mark.parametrize(("model", "precision", "message"), [
-    ("embedded", "fp16", "precision must be one of fp32, bf16, got 'fp16'"),
+    ("embedded", "fp16", "precision must be one of auto, fp32, bf16, got 'fp16'"),
     ("wan-causal", "fp32", "--precision is for the embedded model"),
 ])  # fmt: skip
 def test_serve_bad_precision_exits_2_naming_it(capsys, model, precision, message):
@@ -164,6 +164,18 @@ def test_serve_bf16_without_native_bf16_exits_2(capsys, monkeypatch):
     monkeypatch.setattr(torch.cpu, "get_capabilities", lambda: {"architecture": "x86_64"})
     assert cli.main(["serve", "--config", "tiny-random", "--precision", "bf16"]) == 2
     assert "no native bf16" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("caps", "dtype"), [({"amx_bf16": True}, "bfloat16"), ({"avx512_bf16": True}, "float32"),
+                                           ({"avx2": True}, "float32")])  # fmt: skip
+def test_serve_computes_in_bf16_by_default_only_on_a_cpu_with_amx(monkeypatch, caps, dtype):
+    from streamer.engine_factory import build_engine
+
+    monkeypatch.setattr(torch.cpu, "get_capabilities", lambda: {"architecture": "x86_64", **caps})
+    engine = build_engine(cli.build_parser().parse_args(["serve", "--config", "tiny-random"]))
+    assert (engine.info()["compute_dtype"], engine.info()["device"]) == (dtype, "cpu")
+    forced = build_engine(cli.build_parser().parse_args(["serve", "--config", "tiny-random", "--precision", "fp32"]))
+    assert forced.info()["compute_dtype"] == "float32"
 
 
 def test_serve_caching_flags_reach_the_engine():

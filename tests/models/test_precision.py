@@ -16,7 +16,7 @@ from streamer.models.base import Conditioning
 from streamer.models.embedded.model import EmbeddedModel
 from streamer.models.embedded.rollout import rollout
 from streamer.models.embedded.scripts import story_scripts
-from streamer.models.precision import PrecisionError, check_precision, native_bf16
+from streamer.models.precision import PrecisionError, check_precision, native_bf16, resolve_precision
 
 CPU = torch.device("cpu")
 needs_bf16 = pytest.mark.skipif(not native_bf16(CPU), reason="this CPU has no native bf16")
@@ -76,6 +76,16 @@ def test_native_bf16_reads_the_cpu_features(monkeypatch):
                          ({"bf16": True}, True)]:  # fmt: skip
         monkeypatch.setattr(torch.cpu, "get_capabilities", lambda caps=caps: caps)
         assert native_bf16(CPU) is native, caps
+
+
+def test_auto_is_bf16_only_on_a_cpu_with_amx_and_names_stay_checked(monkeypatch):
+    for caps, auto in [({"amx_bf16": True, "avx512_bf16": True}, "bf16"), ({"avx512_bf16": True}, "fp32"),
+                       ({"avx2": True}, "fp32")]:  # fmt: skip
+        monkeypatch.setattr(torch.cpu, "get_capabilities", lambda caps=caps: caps)
+        assert resolve_precision("auto", CPU) == auto, caps
+        assert resolve_precision("fp32", CPU) == "fp32"  # an explicit choice is kept
+    with pytest.raises(PrecisionError, match="precision must be one of auto, fp32, bf16, got 'half'"):
+        resolve_precision("half", CPU)
 
 
 def test_bf16_without_native_bf16_is_an_error_not_a_fallback(no_native_bf16, tmp_path):
