@@ -37,7 +37,7 @@ class SchedulerConfig:
     min_window_misses: int = 2  # a lone miss (jitter) is not overload
     window_s: float = 2.0  # recent chunks considered for the miss rate
     degrade_cooldown_s: float = 1.0  # let a level take effect before judging it
-    recover_after_s: float = 5.0  # calm this long before undoing one level (hysteresis)
+    recover_after_s: float = 5.0  # calm this long before undoing one level (doubles after a failed one)
     stretch_step: float = 1.25  # chunk-period factor per fps-stretch level
     max_stretch_levels: int = 8  # 1.25 ** 8 ~ 6x slower at worst
 

@@ -11,20 +11,24 @@ recent window), the controller degrades one *level* at a time, for all sessions 
    stretched by `stretch_step` (its effective fps drops by the same factor).
 
 When the measured load says one level is not enough, it goes down several levels at once, to
-the first whose predicted load fits the bound. After a change it waits `degrade_cooldown_s`
-before judging again (chunks finishing meanwhile were late from before the change), and misses
-in a grace period after an admission or resume are not overload (a first chunk is due at once
-and displaces the others on purpose). It recovers one level (stretch first, then steps) only
-when the load one level up would fit the bound and there have been no misses for a calm period;
-the gap between the overload threshold and the bound is the hysteresis that stops it flapping.
-The hold matters because of that gap: a session's first steps run cold (several times slower
-than later ones), and the cost model, which follows each batch, reads one such batch as a load
-above the threshold. Degrading on it left a lone session stretched for good, since the load of its
-own nominal rate sits between the bound and the threshold. Misses, the harm itself, trigger at
-once.
-The calm period starts at `recover_after_s` and doubles each time a recovery is followed by
-overload (the cost model was too optimistic about the lighter level), halving again when one
-holds. The scheduler re-anchors every session's clock at each change (see `StreamState.rebase`).
+the first whose predicted load fits the bound, so it lands with the admission margin. After a
+change it waits `degrade_cooldown_s` before judging again (chunks finishing meanwhile were late
+from before the change), and misses in a grace period after an admission or resume are not
+overload (a first chunk is due at once and displaces the others on purpose). It recovers (stretch
+first, then steps) when the load one level up would not be overload and there have been no
+misses for a calm period, going up as many levels as stay clear of overload. The calm period starts at `recover_after_s` and doubles
+each time a recovery is followed by overload (the cost model was too optimistic about the
+lighter level), halving again when one holds: that backoff is what stops it flapping. The
+scheduler re-anchors every session's clock at each change (see `StreamState.rebase`).
+
+Both the hold and the recovery threshold are there because the sessions' own admitted rates can
+sit between the bound and the overload threshold: the server serves the rate that its start-up
+calibration says fits the bound, and streaming adds work the calibration did not see (encoding,
+the transport's loop), so the cost model soon learns batches 5-20 % dearer (the 2-core host,
+its client on the same cores). A session's first steps also run cold, several times slower
+than later ones, and the cost model, which follows each batch, read one such batch as overload. When one slow batch was overload and recovery
+needed the bound, the first user of an idle server was stretched at its second step and kept the
+lower rate for good (docs/scheduler.md, "The hold, and recovery to the threshold").
 """
 
 from __future__ import annotations
@@ -106,18 +110,32 @@ class DegradeController:
         if self.level == 0 or misses:
             self._calm_since = None
             return False
-        cut, stretch = self._one_level_up()
-        if load(cut, stretch) > cfg.utilisation_bound:
+        target = self._lightest_level_that_fits(load)
+        if target is None:
             self._calm_since = None
             return False
         if self._calm_since is None:
             self._calm_since = now
         if now - self._calm_since < self._recover_wait:
             return False
-        self.step_cut, self.stretch_level = cut, stretch
+        self.step_cut, self.stretch_level = target
         self._changed(now)
         self._probing = True
         return True
+
+    def _lightest_level_that_fits(self, load: LoadFn) -> tuple[int, int] | None:
+        """The (cut, stretch) fewest levels down whose predicted load is not overload, going up
+        from the current one level at a time (stretch first, then steps); None if even one level
+        up would be. Going up several levels at once mirrors going down: after a passing spell
+        (another process on the cores) one level a calm period took half a minute to undo."""
+        best = None
+        cut, stretch = self.step_cut, self.stretch_level
+        while cut > 0 or stretch > 0:
+            cut, stretch = (cut, stretch - 1) if stretch > 0 else (cut - 1, 0)
+            if load(cut, stretch) > self.config.overload_utilisation:
+                break
+            best = (cut, stretch)
+        return best
 
     def _degrade(self, now: float, load: LoadFn, max_cut: int) -> bool:
         moved = False
@@ -132,11 +150,6 @@ class DegradeController:
         if moved:
             self._changed(now)
         return moved
-
-    def _one_level_up(self) -> tuple[int, int]:
-        if self.stretch_level > 0:
-            return self.step_cut, self.stretch_level - 1
-        return self.step_cut - 1, 0
 
     def _changed(self, now: float) -> None:
         self._last_change = now

@@ -96,21 +96,32 @@ def test_old_chunks_leave_the_window() -> None:
     assert not ctl.evaluate(13.0, chunks(13.0, 10, 1), table({}), max_cut=3)  # the first miss expired
 
 
-def test_recovery_waits_for_calm_below_the_bound_and_undoes_stretch_first() -> None:
+def test_recovery_waits_for_calm_and_undoes_stretch_first() -> None:
     ctl = DegradeController(CONFIG)
     assert ctl.evaluate(0.0, [], table({}, default=2.0), max_cut=1)
     assert (ctl.step_cut, ctl.stretch_level) == (1, 2)
-    light = table({}, default=0.3)
-    assert not ctl.evaluate(2.0, [], light, max_cut=1)  # calm starts
-    assert not ctl.evaluate(6.0, [], light, max_cut=1)
-    assert ctl.evaluate(7.0, [], light, max_cut=1)
+    one_up = table({(1, 2): 0.5, (1, 1): 0.9}, default=1.1)  # one stretch level fits, no more
+    assert not ctl.evaluate(2.0, [], one_up, max_cut=1)  # calm starts
+    assert not ctl.evaluate(6.0, [], one_up, max_cut=1)
+    assert ctl.evaluate(7.0, [], one_up, max_cut=1)
     assert (ctl.step_cut, ctl.stretch_level) == (1, 1)
 
 
-def test_no_recovery_when_the_lighter_level_would_not_fit_or_chunks_miss() -> None:
+def test_recovery_goes_up_every_level_that_stays_clear_of_overload_at_once() -> None:
+    ctl = DegradeController(CONFIG)
+    assert ctl.evaluate(0.0, [], table({}, default=2.0), max_cut=1)
+    assert (ctl.step_cut, ctl.stretch_level) == (1, 2)
+    passed = table({(0, 0): 1.2}, default=0.6)  # the spell is over; steps cut stay needed
+    assert not ctl.evaluate(2.0, [], passed, max_cut=1)
+    assert ctl.evaluate(7.0, [], passed, max_cut=1)
+    assert (ctl.step_cut, ctl.stretch_level) == (1, 0)
+    assert not ctl.evaluate(20.0, [], passed, max_cut=1)  # held: and no further
+
+
+def test_no_recovery_when_the_lighter_level_would_overload_or_chunks_miss() -> None:
     ctl = DegradeController(CONFIG)
     assert ctl.evaluate(0.0, [], table({(0, 0): 1.2, (1, 0): 0.7}), max_cut=3)
-    tight = table({(0, 0): 0.9, (1, 0): 0.7})  # level 0 would exceed the 0.85 bound
+    tight = table({(0, 0): 1.05, (1, 0): 0.7})  # level 0 would be overload again
     for t in range(2, 20):
         assert not ctl.evaluate(float(t), [], tight, max_cut=3)
     fits = table({(0, 0): 0.8, (1, 0): 0.7})
@@ -118,6 +129,16 @@ def test_no_recovery_when_the_lighter_level_would_not_fit_or_chunks_miss() -> No
     assert not ctl.evaluate(23.0, chunks(23.0, 10, 1), fits, max_cut=3)  # a miss resets the calm
     assert not ctl.evaluate(26.0, [], fits, max_cut=3)
     assert ctl.level == 1
+
+
+def test_recovery_goes_back_to_a_level_in_the_band_between_the_bound_and_the_threshold() -> None:
+    # The admitted rates can sit in that band once streaming costs more than the calibration
+    # said: a degrade for a passing reason must not keep them lower for good.
+    ctl = DegradeController(CONFIG)
+    assert ctl.evaluate(0.0, [], table({(0, 0): 1.2, (1, 0): 0.7}), max_cut=3)
+    band = table({(0, 0): 0.93, (1, 0): 0.7})
+    assert not ctl.evaluate(1.0, [], band, max_cut=3)  # calm starts
+    assert ctl.evaluate(6.0, [], band, max_cut=3) and ctl.level == 0
 
 
 def test_failed_recoveries_back_off_and_successful_ones_relax() -> None:

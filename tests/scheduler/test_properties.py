@@ -101,6 +101,8 @@ def test_plans_stay_well_formed_under_any_control_sequence(
                 assert chunk.chunk_index == next_chunk.get(chunk.session_id, 0)
                 next_chunk[chunk.session_id] = chunk.chunk_index + 1
             known -= set(failed)
+            for gone in failed:  # a failed session is removed: its id may be added again, from chunk 0
+                next_chunk.pop(gone, None)
         for admitted in sched.admitted_from_queue():
             assert admitted in known
         assert set(sched.session_ids) <= known
