@@ -16,10 +16,11 @@ change it waits `degrade_cooldown_s` before judging again (chunks finishing mean
 from before the change), and misses in a grace period after an admission or resume are not
 overload (a first chunk is due at once and displaces the others on purpose). It recovers (stretch
 first, then steps) when the load one level up would not be overload and there have been no
-misses for a calm period, going up as many levels as stay clear of overload. The calm period starts at `recover_after_s` and doubles
-each time a recovery is followed by overload (the cost model was too optimistic about the
-lighter level), halving again when one holds: that backoff is what stops it flapping. The
-scheduler re-anchors every session's clock at each change (see `StreamState.rebase`).
+misses for a calm period, going up as many levels as stay clear of overload. The calm period
+starts at `recover_after_s` and doubles each time a recovery is followed by overload (the cost
+model was too optimistic about the lighter level), halving again when one holds: that backoff is
+what stops it flapping. The scheduler re-anchors every session's clock at each change (see
+`StreamState.rebase`).
 
 Both the hold and the recovery threshold are there because the sessions' own admitted rates can
 sit between the bound and the overload threshold: the server serves the rate that its start-up

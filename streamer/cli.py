@@ -55,9 +55,9 @@ def _serve_args(p: argparse.ArgumentParser) -> None:
     # Checked by the model (streamer/models/precision.py), not by choices=: importing that list
     # here would import torch for every subcommand.
     p.add_argument("--precision", default="auto", metavar="auto|fp32|bf16",
-                   help="what the embedded model computes in (default auto: bf16 on a CPU with AMX-BF16 or a "
-                        "GPU with native bf16, where its batches run 1.5-1.7x faster at the same quality, fp32 "
-                        "elsewhere; bf16 needs native bf16; see docs/model.md)")  # fmt: skip
+                   help="what the embedded model computes in (default auto: bf16 on a CPU with AMX-BF16, where its "
+                        "batches run 1.5-1.7x faster at the same quality, fp32 elsewhere; bf16 needs native bf16; "
+                        "see docs/model.md)")  # fmt: skip
     p.add_argument("--guidance", type=float, default=None, metavar="SCALE",
                    help="classifier-free guidance scale of the embedded model (default: its weights' "
                         "config; 1 is off; guided steps cost a second model pass; on guidance-distilled weights "

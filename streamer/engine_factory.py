@@ -51,7 +51,7 @@ def build_model(name: str, config: str | None, weights: str | None, device: str 
     live there), the GPU when there is one for Wan. A device this machine lacks is a DeviceError,
     and a precision it cannot compute in natively a PrecisionError (both ValueErrors), before any
     weight is read. `precision` None is fp32 for the embedded model, and `auto` is bf16 where
-    that pays (`streamer.models.precision.resolve_precision`); Wan computes in the dtype its loader
+    that was measured to pay (`streamer.models.precision.resolve_precision`); Wan computes in the dtype its loader
     picks (bf16 on a GPU, fp32 on the CPU) and takes no `precision` but `auto`. `guidance`
     overrides the embedded model's classifier-free guidance scale (None: its config's). `compile`
     switches torch.compile on for the embedded model's blocks (a CompileError where it cannot build).

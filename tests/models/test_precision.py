@@ -84,6 +84,7 @@ def test_auto_is_bf16_only_on_a_cpu_with_amx_and_names_stay_checked(monkeypatch)
         monkeypatch.setattr(torch.cpu, "get_capabilities", lambda caps=caps: caps)
         assert resolve_precision("auto", CPU) == auto, caps
         assert resolve_precision("fp32", CPU) == "fp32"  # an explicit choice is kept
+    assert resolve_precision("auto", torch.device("cuda")) == "fp32"  # not measured on a GPU: no device needed
     with pytest.raises(PrecisionError, match="precision must be one of auto, fp32, bf16, got 'half'"):
         resolve_precision("half", CPU)
 
