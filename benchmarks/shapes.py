@@ -23,13 +23,14 @@ whose colour is found with its own shape, with the other object's (the two swapp
 third shape, or not found.
 
     python benchmarks/shapes.py [--weights DIR] [--guidance 2 --steps 8] [--two-objects 1]
-        -> benchmarks/results/shapes.json
+        [--autoencoder-only] -> benchmarks/results/shapes.json
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import NamedTuple
 
@@ -159,8 +160,10 @@ class StoryBench(NamedTuple):
     z: torch.Tensor  # (B, T, C, h, w) their latents
 
 
-def story_bench(argv: list[str] | None, description: str, clips: int, out: Path) -> StoryBench:
-    """Parse a stage benchmark's command line and set up its model and clips."""
+def story_bench(argv: list[str] | None, description: str, clips: int, out: Path,
+                add_arguments: Callable[[argparse.ArgumentParser], None] | None = None) -> StoryBench:
+    """Parse a stage benchmark's command line (its own flags from `add_arguments`) and set up its
+    model and clips."""
     ap = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--weights", type=Path, default=None, help="weights folder (default: shipped)")
     ap.add_argument("--guidance", type=float, default=None, help="guidance scale (default: the weights' own)")
@@ -173,6 +176,8 @@ def story_bench(argv: list[str] | None, description: str, clips: int, out: Path)
     ap.add_argument("--threads", type=positive_int, default=2)
     ap.add_argument("--json", action="store_true", help="print the result object as the last line")
     ap.add_argument("--out", type=Path, default=out)
+    if add_arguments is not None:
+        add_arguments(ap)
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     model = EmbeddedModel.load(args.weights)
@@ -194,12 +199,18 @@ def emit_story_bench(bench: StoryBench, stages: dict) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    bench = story_bench(argv, __doc__ or "", 24, RESULTS / "shapes.json")
+    def autoencoder_only(ap: argparse.ArgumentParser) -> None:
+        ap.add_argument("--autoencoder-only", action="store_true",
+                        help="stop at the autoencoder stage (no DiT pass): compares autoencoders in seconds, "
+                             "also of exports whose DiT is untrained")
+
+    bench = story_bench(argv, __doc__ or "", 24, RESULTS / "shapes.json", autoencoder_only)
     model, scripts, z, steps, seed = bench.model, bench.scripts, bench.z, bench.steps, bench.args.seed
     stages = {"rendered": bench.real, **{f"blur{s:g}": blurred(bench.real, s) for s in BLURS},
-              "autoencoder": model.decode(z).numpy(),
-              **{f"dit_t{t:g}": teacher_forced(model, scripts, z, t, steps, seed) for t in NOISE_LEVELS},
-              "rollout": rollout(model, scripts, steps, seed).frames}
+              "autoencoder": model.decode(z).numpy()}
+    if not bench.args.autoencoder_only:
+        stages.update({f"dit_t{t:g}": teacher_forced(model, scripts, z, t, steps, seed) for t in NOISE_LEVELS})
+        stages["rollout"] = rollout(model, scripts, steps, seed).frames
     rows = {name: shape_reads(clips, bench.specs) for name, clips in stages.items()}
     base = rows["rendered"]
     for name, row in rows.items():
