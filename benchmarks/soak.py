@@ -380,6 +380,7 @@ class Soak:
             if "process_resident_memory_bytes" in m
             else None,
             "fds": m.get("process_open_fds"),
+            "degrade_level": m.get("streamer_degrade_level"),
         }
         self.rec.samples.append(s)
         return s

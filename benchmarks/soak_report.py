@@ -33,6 +33,7 @@ def summarise(cfg: SoakConfig, url: str, info: dict, rec: Recorder, before: dict
     session_minutes = sum(s.streamed_s for s in rec.sessions) / 60.0
     warm = cfg.ramp + max(10.0, 0.1 * cfg.seconds)
     mem = [s for s in rec.samples if s.get("rss_mb") is not None and s["t"] <= steady_end]
+    levels = [s["degrade_level"] for s in rec.samples if s.get("degrade_level") is not None]
     steady = [s for s in mem if s["t"] >= warm] if len([s for s in mem if s["t"] >= warm]) >= 3 else mem
     users_to_end = {s.user for s in rec.sessions if s.to_end and s.ended is None}
     lost = [s for s in rec.sessions if s.ended is not None]
@@ -89,7 +90,11 @@ def summarise(cfg: SoakConfig, url: str, info: dict, rec: Recorder, before: dict
         "fds_end": mem[-1]["fds"] if mem else None,
         "fd_slope_per_min": slope_per_minute([s["t"] for s in steady], [s["fds"] or 0 for s in steady]),
         "fds_after_minus_before": _delta(before, after, "fds"),
-        "server": {k: info.get(k) for k in ("model", "fps", "steps", "scheduler", "capacity")},
+        # The overload policy's level over the run (0: every session at its admitted rate), from
+        # the `/metrics` samples; null against a server that does not export it.
+        "degrade_level_max": max(levels) if levels else None,
+        "degrade_level_mean": round(sum(levels) / len(levels), 3) if levels else None,
+        "server": {k: info.get(k) for k in ("model", "fps", "steps", "scheduler", "capacity", "compute_dtype")},
         "error_samples": rec.errors[:MAX_ERROR_SAMPLES],
     }
     return result
