@@ -216,6 +216,15 @@ def test_a_grown_dit_predicts_what_the_old_one_did_and_its_new_blocks_train():
         grown_dit(model, 1)
 
 
+def test_training_flushes_subnormal_floats_to_zero(tmp_path, monkeypatch):
+    # They made an autoencoder run's backward passes 10x slower (train.py); the switch is global,
+    # so the test records the call instead of flipping it for the tests after this one.
+    calls = []
+    monkeypatch.setattr(torch, "set_flush_denormal", lambda on: calls.append(on) or True)
+    finetuned(tmp_path, "--decoder-steps", "1")
+    assert calls == [True]
+
+
 def test_grow_depth_saves_the_grown_model_back_for_a_warm_start(tmp_path):
     tiny_run(tmp_path, "run", 2)
     from streamer.models.embedded.model import EmbeddedModel
