@@ -217,12 +217,16 @@ def test_a_grown_dit_predicts_what_the_old_one_did_and_its_new_blocks_train():
 
 
 def test_training_flushes_subnormal_floats_to_zero(tmp_path, monkeypatch):
-    # They made an autoencoder run's backward passes 10x slower (train.py); the switch is global,
-    # so the test records the call instead of flipping it for the tests after this one.
+    # They made an autoencoder run's backward passes 10x slower (train.py). The switch is the
+    # process's: training turns it off again, or the tests after it would run flushed.
     calls = []
     monkeypatch.setattr(torch, "set_flush_denormal", lambda on: calls.append(on) or True)
     finetuned(tmp_path, "--decoder-steps", "1")
-    assert calls == [True]
+    assert calls == [True, False]
+    with pytest.raises(ValueError, match="weights not found"):  # a failure inside training
+        main(["--run-dir", str(tmp_path / "run"), "--export", str(tmp_path / "nowhere"), "--threads", "1",
+              "--decoder-steps", "1"])
+    assert calls == [True, False, True, False]
 
 
 def test_grow_depth_saves_the_grown_model_back_for_a_warm_start(tmp_path):

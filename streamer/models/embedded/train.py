@@ -131,8 +131,16 @@ def main(argv: list[str] | None = None) -> None:
     # Subnormal floats take a slow path on x86 CPUs. Some of the autoencoder's gradients became
     # subnormal 7,500 steps into a run (session 38), and each backward pass then took 1.2-1.4 s
     # instead of 0.14: the run went on 6x slower. Flushed to zero, the same step took 0.14 s again;
-    # values under 1.2e-38 change nothing that is trained here.
+    # values under 1.2e-38 change nothing that is trained here. The switch is the process's, so
+    # it is undone when training returns (the recipe and the tests call `main` in-process).
     torch.set_flush_denormal(True)
+    try:
+        _train(args)
+    finally:
+        torch.set_flush_denormal(False)
+
+
+def _train(args: argparse.Namespace) -> None:
     torch.manual_seed(args.seed)
     args.run_dir.mkdir(parents=True, exist_ok=True)
     if args.decoder_steps or args.autoencoder_steps:
