@@ -20,6 +20,8 @@ from prometheus_client import (
     ProcessCollector,
 )
 
+from scheduler.types import KINDS
+
 REGISTRY = CollectorRegistry(auto_describe=True)
 ProcessCollector(registry=REGISTRY)
 PlatformCollector(registry=REGISTRY)
@@ -103,7 +105,7 @@ CONNECTIONS = Gauge(
 
 # Labelled series exist only once a label value is used; the engine's are known in advance, so
 # they are created now, and a dashboard sees zeros before the first batch instead of no series.
-for _kind in ("denoise", "commit"):
+for _kind in KINDS:
     BATCH_SIZE.labels(_kind)
     STEP_SECONDS.labels(_kind)
 for _phase in ("schedule", "update"):

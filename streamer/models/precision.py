@@ -33,11 +33,15 @@ class PrecisionError(ValueError):
     """An unknown precision, or one this device cannot compute in natively."""
 
 
+def _cpu_has_any(features: tuple[str, ...]) -> bool:
+    caps = torch.cpu.get_capabilities()
+    return any(caps.get(name, False) for name in features)
+
+
 def native_bf16(device: torch.device) -> bool:
     if device.type == "cuda":
         return torch.cuda.is_bf16_supported(including_emulation=False)
-    caps = torch.cpu.get_capabilities()
-    return any(caps.get(name, False) for name in NATIVE_BF16_CPU_FEATURES)
+    return _cpu_has_any(NATIVE_BF16_CPU_FEATURES)
 
 
 def resolve_precision(precision: str, device: torch.device) -> str:
@@ -48,10 +52,7 @@ def resolve_precision(precision: str, device: torch.device) -> str:
         if precision not in PRECISIONS:
             raise PrecisionError(f"precision must be one of {AUTO}, {', '.join(PRECISIONS)}, got {precision!r}")
         return precision
-    if device.type != "cpu":
-        return "fp32"
-    caps = torch.cpu.get_capabilities()
-    return "bf16" if any(caps.get(name, False) for name in FAST_BF16_CPU_FEATURES) else "fp32"
+    return "bf16" if device.type == "cpu" and _cpu_has_any(FAST_BF16_CPU_FEATURES) else "fp32"
 
 
 def check_precision(precision: str, device: torch.device) -> None:
